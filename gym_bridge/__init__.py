@@ -1,0 +1,1 @@
+"""Embedded KernelGYM and kernel RL (imported as proxycomp.gym_bridge)."""

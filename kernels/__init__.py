@@ -1,0 +1,1 @@
+"""Fused Triton kernels (imported as proxycomp.kernels)."""
