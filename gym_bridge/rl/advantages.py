@@ -1,0 +1,130 @@
+"""Advantage estimators for multi-turn kernel RL, looked up by name (the verl registry habit).
+
+Every estimator has the signature ``fn(returns, turn_mask, group_ids, **options) -> advantages``:
+
+- ``returns``: (n, T) float reward-to-go per turn (see :func:`returns.reward_to_go`);
+- ``turn_mask``: (n, T) bool, True where trajectory i reached turn t;
+- ``group_ids``: (n,) int, the prompt each trajectory was sampled for (its group).
+
+Turn-level estimators group samples by (prompt, turn) over the trajectories that reached that turn, so the
+group size N_t shrinks when trajectories stop early. Advantages are 0 on turns that were not reached; the
+trainer broadcasts each turn's advantage to all tokens of that turn's reply.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ._checks import require_2d, require_finite_where, require_same_shape
+from .returns import check_turn_mask
+
+
+# fn(returns, turn_mask, group_ids, **estimator_options) -> advantages
+AdvantageEstimator = Callable[..., torch.Tensor]
+
+
+_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+
+
+def register_estimator(name: str) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
+    """Decorator adding an estimator under ``name``; a second registration of the same name is an error."""
+
+    def add(fn: AdvantageEstimator) -> AdvantageEstimator:
+        if name in _ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        _ESTIMATORS[name] = fn
+        return fn
+
+    return add
+
+
+def get_estimator(name: str) -> AdvantageEstimator:
+    try:
+        return _ESTIMATORS[name]
+    except KeyError:
+        raise KeyError(f"unknown advantage estimator {name!r}; known: {', '.join(sorted(_ESTIMATORS))}") from None
+
+
+def estimator_names() -> list[str]:
+    return sorted(_ESTIMATORS)
+
+
+def _check_inputs(returns: torch.Tensor, turn_mask: torch.Tensor, group_ids: torch.Tensor) -> None:
+    require_2d("returns", returns)
+    require_same_shape("turn_mask", turn_mask, "returns", returns)
+    check_turn_mask(turn_mask)
+    if group_ids.dim() != 1 or group_ids.shape[0] != returns.shape[0]:
+        raise ValueError(f"group_ids: expected shape ({returns.shape[0]},), got {tuple(group_ids.shape)}")
+    if group_ids.is_floating_point() or group_ids.dtype == torch.bool:
+        raise ValueError(f"group_ids: expected an integer tensor, got {group_ids.dtype}")
+    require_finite_where("returns", returns, turn_mask)
+
+
+def _group_sums(
+    values: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-element (sum, count) of the valid values in its (group, column) cell."""
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    m = mask.to(values.dtype)
+    v = torch.where(mask, values, torch.zeros_like(values))  # unreached turns may hold anything, even NaN
+    shape = (n_groups, values.shape[1])
+    sums = values.new_zeros(shape).index_add_(0, inverse, v)
+    counts = values.new_zeros(shape).index_add_(0, inverse, m)
+    return sums[inverse], counts[inverse]
+
+
+def _leave_one_out(values: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """G minus the mean of the *other* valid members; a singleton keeps its own value (baseline 0)."""
+    sums, counts = _group_sums(values, mask, group_ids)
+    others = (counts - 1).clamp(min=1)
+    baseline = torch.where(counts > 1, (sums - values) / others, torch.zeros_like(values))
+    return torch.where(mask, values - baseline, torch.zeros_like(values))
+
+
+@register_estimator("trloo")
+def trloo(returns: torch.Tensor, turn_mask: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Turn-level leave-one-out: A = N_t/(N_t-1)·(G - mean_t) = G - mean of the other N_t-1 returns.
+
+    The baseline excludes the sample itself, so it is independent of the sample's action and the policy
+    gradient stays unbiased (GRPO's self-inclusive mean shrinks it by (N_t-1)/N_t). N_t = 1 gives A = G.
+    """
+    _check_inputs(returns, turn_mask, group_ids)
+    return _leave_one_out(returns, turn_mask, group_ids)
+
+
+@register_estimator("grpo")
+def grpo(
+    returns: torch.Tensor,
+    turn_mask: torch.Tensor,
+    group_ids: torch.Tensor,
+    *,
+    std_normalize: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Turn-level GRPO: A = (G - mean_t) / (std_t + eps), mean and std over the group *including* the sample.
+
+    std is Bessel-corrected (as verl and TRL); a singleton group has A = 0 (it is its own mean).
+    """
+    _check_inputs(returns, turn_mask, group_ids)
+    if eps <= 0:
+        raise ValueError(f"eps: must be > 0, got {eps}")
+    sums, counts = _group_sums(returns, turn_mask, group_ids)
+    centered = torch.where(turn_mask, returns - sums / counts.clamp(min=1), torch.zeros_like(returns))
+    if not std_normalize:
+        return centered
+    # Two passes (mean, then squared deviations) avoid the cancellation of Σx² - n·mean².
+    squared_dev, _ = _group_sums(centered * centered, turn_mask, group_ids)
+    std = torch.where(counts > 1, (squared_dev / (counts - 1).clamp(min=1)).sqrt(), torch.zeros_like(counts))
+    return centered / (std + eps)
+
+
+@register_estimator("rloo")
+def rloo(returns: torch.Tensor, turn_mask: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Trajectory-level RLOO: leave-one-out on the whole-trajectory return G_0, broadcast to its reached turns."""
+    _check_inputs(returns, turn_mask, group_ids)
+    if not turn_mask[:, 0].all():
+        raise ValueError("turn_mask: every trajectory must reach turn 0 for rloo; drop empty trajectories")
+    traj_adv = _leave_one_out(returns[:, :1], turn_mask[:, :1], group_ids)
+    return torch.where(turn_mask, traj_adv.expand_as(returns), torch.zeros_like(returns))
