@@ -1,0 +1,25 @@
+"""Data side of proxycomp: corpus loading, view mixing, window packing and the LightningDataModule."""
+from proxycomp.data.corpus import Corpus, CorpusError, CorpusReport, Document, load_corpus
+from proxycomp.data.datamodule import DataStateError, ProxyDataModule
+from proxycomp.data.mixing import MixingSchedule, ScheduleError, choose_views, compressed_only_probability
+from proxycomp.data.packing import CURSOR_KEY, IGNORE_INDEX, StreamCursor, TrainStream, ValWindows, pack_window
+
+__all__ = [
+    "CURSOR_KEY",
+    "IGNORE_INDEX",
+    "Corpus",
+    "CorpusError",
+    "CorpusReport",
+    "DataStateError",
+    "Document",
+    "MixingSchedule",
+    "ProxyDataModule",
+    "ScheduleError",
+    "StreamCursor",
+    "TrainStream",
+    "ValWindows",
+    "choose_views",
+    "compressed_only_probability",
+    "load_corpus",
+    "pack_window",
+]

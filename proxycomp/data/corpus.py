@@ -1,0 +1,319 @@
+"""Corpus loading: documents from a source, deduplicated, size-filtered and split train/val by a stable hash.
+
+Sources: ``folder`` (files matching a glob), ``jsonl`` and ``parquet`` (a text column), ``hf`` (a local
+`datasets` dataset, never the hub) and ``python-sources`` (the running interpreter's stdlib and
+site-packages ``.py`` files, split by top-level package so validation packages are unseen).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sysconfig
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+SOURCES = ("python-sources", "folder", "jsonl", "parquet", "hf")
+InvalidUtf8 = Literal["error", "skip"]
+
+
+class CorpusError(ValueError):
+    """Bad corpus input; the message names the file (and line or field) and what to do."""
+
+
+@dataclass(frozen=True)
+class Document:
+    name: str  # path or "file:line", for messages and manifests
+    group: str  # split unit: the top-level package for python-sources, the name otherwise
+    data: bytes
+
+
+# What a source yields: a document and its size (a file outside the size range is counted, not read).
+_Candidate = tuple[Document, int]
+
+
+@dataclass
+class CorpusReport:
+    """Counts and bytes at each filter, for logs and the run manifest."""
+
+    seen: int = 0
+    seen_bytes: int = 0
+    too_small: int = 0
+    too_large: int = 0
+    invalid_utf8: int = 0
+    duplicates: int = 0
+    duplicate_bytes: int = 0
+    kept: int = 0
+    kept_bytes: int = 0
+    train: int = 0
+    train_bytes: int = 0
+    val: int = 0
+    val_bytes: int = 0
+    val_groups: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        mb = 1e6
+        return (
+            f"corpus: {self.kept} documents kept ({self.kept_bytes / mb:.1f} MB) of {self.seen} seen; dropped "
+            f"{self.duplicates} duplicates ({self.duplicate_bytes / mb:.1f} MB), {self.too_small} too small, "
+            f"{self.too_large} too large, {self.invalid_utf8} non-UTF-8; train {self.train} "
+            f"({self.train_bytes / mb:.1f} MB), val {self.val} ({self.val_bytes / mb:.1f} MB, "
+            f"{len(self.val_groups)} groups)"
+        )
+
+
+@dataclass(frozen=True)
+class Corpus:
+    train: list[Document]
+    val: list[Document]
+    report: CorpusReport
+
+
+def stable_hash(text: str, seed: int = 0) -> int:
+    """A hash that is the same in every process and Python version (unlike `hash`)."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{text}".encode("utf-8", "surrogateescape"), digest_size=8).digest(), "big")
+
+
+def load_corpus(
+    source: str = "python-sources",
+    path: str | None = None,
+    glob: str = "**/*.py",
+    text_field: str = "text",
+    min_bytes: int = 200,
+    max_bytes: int = 200_000,
+    val_fraction: float = 0.05,
+    max_documents: int | None = None,
+    on_invalid_utf8: InvalidUtf8 | None = None,
+    seed: int = 0,
+) -> Corpus:
+    """Read, filter, deduplicate and split a corpus.
+
+    `on_invalid_utf8` defaults to "skip" for python-sources and "error" for user sources. With
+    `max_documents`, candidates are visited in stable-hash order of their names and reading stops once that
+    many are kept, so a capped corpus is a deterministic sample without reading everything.
+    """
+    if source not in SOURCES:
+        raise CorpusError(f"unknown corpus source {source!r}; known: {', '.join(SOURCES)}")
+    if not 0.0 < val_fraction < 1.0:
+        raise CorpusError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    if not 0 <= min_bytes <= max_bytes:
+        raise CorpusError(f"need 0 <= min_bytes <= max_bytes, got min_bytes={min_bytes}, max_bytes={max_bytes}")
+    if max_documents is not None and max_documents < 2:
+        raise CorpusError(f"max_documents must be at least 2 (one train, one val document), got {max_documents}")
+    policy = on_invalid_utf8 or ("skip" if source == "python-sources" else "error")
+    if policy not in ("error", "skip"):
+        raise CorpusError(f"on_invalid_utf8 must be 'error' or 'skip', got {policy!r}")
+
+    report = CorpusReport()
+    kept: list[Document] = []
+    hashes: set[bytes] = set()
+    for doc, size in _read_source(source, path, glob, text_field, min_bytes, max_bytes, max_documents, seed):
+        report.seen += 1
+        report.seen_bytes += size
+        if size < min_bytes:
+            report.too_small += 1
+            continue
+        if size > max_bytes:
+            report.too_large += 1
+            continue
+        try:
+            doc.data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            if policy == "error":
+                raise CorpusError(
+                    f"{doc.name}: not valid UTF-8 at byte {err.start}; fix the file or set on_invalid_utf8='skip'"
+                ) from None
+            report.invalid_utf8 += 1
+            continue
+        digest = hashlib.blake2b(doc.data, digest_size=16).digest()
+        if digest in hashes:
+            report.duplicates += 1
+            report.duplicate_bytes += size
+            continue
+        hashes.add(digest)
+        kept.append(doc)
+        if max_documents is not None and len(kept) >= max_documents:
+            break
+    report.kept, report.kept_bytes = len(kept), sum(len(d.data) for d in kept)
+    where = f"{source} {path}" if path else source
+    if not kept:
+        raise CorpusError(
+            f"corpus {where} is empty after filtering ({report.seen} seen, {report.too_small} under min_bytes="
+            f"{min_bytes}, {report.too_large} over max_bytes={max_bytes}, {report.duplicates} duplicates, "
+            f"{report.invalid_utf8} non-UTF-8); check path/glob or the size limits"
+        )
+    train, val = _split(kept, val_fraction, seed, where, report)
+    report.train, report.train_bytes = len(train), sum(len(d.data) for d in train)
+    report.val, report.val_bytes = len(val), sum(len(d.data) for d in val)
+    return Corpus(train, val, report)
+
+
+def _split(docs: list[Document], val_fraction: float, seed: int, where: str, report: CorpusReport):
+    """Whole groups go to val in stable-hash order while they fit in `val_fraction` of the bytes.
+
+    Filling by bytes (not by a hash threshold on group count) keeps the split near the requested size even
+    when groups differ a lot in size, as packages do; groups that would overshoot stay in train.
+    """
+    group_bytes: dict[str, int] = {}
+    for d in docs:
+        group_bytes[d.group] = group_bytes.get(d.group, 0) + len(d.data)
+    if len(group_bytes) < 2:
+        raise CorpusError(f"corpus {where} has a single split group ({next(iter(group_bytes))!r}); add documents")
+    target = val_fraction * sum(group_bytes.values())
+    order = sorted(group_bytes, key=lambda g: stable_hash(g, seed))
+    val_groups: set[str] = set()
+    val_bytes = 0
+    for group in order:
+        if val_bytes + group_bytes[group] <= target:
+            val_groups.add(group)
+            val_bytes += group_bytes[group]
+    if not val_groups:  # every group is larger than the target: take the smallest one
+        val_groups.add(min(order, key=group_bytes.__getitem__))
+    report.val_groups = sorted(val_groups)
+    return [d for d in docs if d.group not in val_groups], [d for d in docs if d.group in val_groups]
+
+
+def _read_source(source, path, glob, text_field, min_bytes, max_bytes, max_documents, seed) -> Iterator[_Candidate]:
+    if source == "python-sources":
+        yield from _read_files(_python_source_files(), min_bytes, max_bytes, max_documents, seed)
+        return
+    if not path:
+        raise CorpusError(f"corpus source {source!r} needs data.path (a {'folder' if source == 'folder' else 'file or folder'})")
+    root = Path(path)
+    if not root.exists():
+        raise CorpusError(f"corpus path {path} does not exist; set data.path to an existing {source} file or folder")
+    if source == "folder":
+        if not root.is_dir():
+            raise CorpusError(f"corpus path {path} is not a folder; the folder source reads files matching data.glob")
+        files = [(str(p.relative_to(root)), p, str(p.relative_to(root))) for p in root.glob(glob) if p.is_file()]
+        if not files:
+            raise CorpusError(f"no file in {path} matches glob {glob!r}; set data.glob")
+        yield from _read_files(files, min_bytes, max_bytes, max_documents, seed)
+    elif source == "jsonl":
+        for file in _data_files(root, "jsonl"):
+            yield from _read_jsonl(file, text_field)
+    elif source == "parquet":
+        for file in _data_files(root, "parquet"):
+            yield from _read_parquet(file, text_field)
+    else:
+        yield from _read_hf(root, text_field)
+
+
+def _data_files(root: Path, ext: str) -> list[Path]:
+    if root.is_file():
+        return [root]
+    files = sorted(root.glob(f"**/*.{ext}"))
+    if not files:
+        raise CorpusError(f"no *.{ext} file under {root}; set data.path to a .{ext} file or a folder holding some")
+    return files
+
+
+def _python_source_files() -> list[tuple[str, Path, str]]:
+    """(name, path, group) for every .py file of the stdlib and site-packages, grouped by top-level package."""
+    paths = sysconfig.get_paths()
+    roots: dict[Path, str] = {}
+    for key, label in (("stdlib", "stdlib"), ("purelib", "site"), ("platlib", "site")):
+        root = Path(paths[key]).resolve()
+        if root.is_dir() and root not in roots:
+            roots[root] = label
+    files = []
+    for root, label in roots.items():
+        for dirpath, dirnames, filenames in os.walk(root):
+            # site-packages may sit inside the stdlib folder; it is walked as its own root
+            dirnames[:] = sorted(d for d in dirnames if d not in ("site-packages", "dist-packages", "__pycache__"))
+            rel_dir = Path(dirpath).relative_to(root)
+            for name in sorted(filenames):
+                if name.endswith(".py"):
+                    rel = rel_dir / name
+                    top = rel.parts[0].removesuffix(".py")
+                    files.append((f"{label}/{rel}", Path(dirpath) / name, f"{label}/{top}"))
+    return files
+
+
+def _read_files(files, min_bytes, max_bytes, max_documents, seed) -> Iterator[_Candidate]:
+    # Sizes come from stat so out-of-range files are counted without being read.
+    if max_documents is not None:
+        files = sorted(files, key=lambda f: stable_hash(f[0], seed))
+    else:
+        files = sorted(files)
+    for name, file, group in files:
+        try:
+            size = file.stat().st_size
+            data = file.read_bytes() if min_bytes <= size <= max_bytes else b""
+        except OSError as err:
+            raise CorpusError(f"{file}: cannot be read ({err.strerror})") from None
+        yield Document(name, group, data), size
+
+
+def _read_jsonl(file: Path, text_field: str) -> Iterator[_Candidate]:
+    with file.open("rb") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise CorpusError(f"{file}:{lineno}: not a JSON object ({err.msg}); fix or remove the line") from None
+            if not isinstance(record, dict) or text_field not in record:
+                raise CorpusError(f"{file}:{lineno}: no field {text_field!r}; set data.text_field to the text's key")
+            name = f"{file}:{lineno}"
+            yield _candidate(name, _text_bytes(record[text_field], name, text_field))
+
+
+def _read_parquet(file: Path, text_field: str) -> Iterator[_Candidate]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.ParquetFile(file)
+    except Exception as err:  # pyarrow raises several types for a non-parquet file
+        raise CorpusError(f"{file}: not a readable parquet file ({err})") from None
+    columns = table.schema_arrow.names
+    if text_field not in columns:
+        raise CorpusError(f"{file}: no column {text_field!r} (columns: {', '.join(columns)}); set data.text_field")
+    row = 0
+    for batch in table.iter_batches(columns=[text_field]):
+        for value in batch.column(0).to_pylist():
+            name = f"{file}:{row}"
+            row += 1
+            yield _candidate(name, _text_bytes(value, name, text_field))
+
+
+def _read_hf(root: Path, text_field: str) -> Iterator[_Candidate]:
+    # Offline before `datasets` is imported: a local path must never turn into a hub request.
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import datasets
+
+    if (root / "dataset_info.json").exists() or (root / "dataset_dict.json").exists():
+        data = datasets.load_from_disk(str(root))
+    else:
+        data = datasets.load_dataset(str(root))
+    if isinstance(data, datasets.DatasetDict):
+        if "train" not in data and len(data) != 1:
+            raise CorpusError(f"{root}: dataset has splits {list(data)} and no 'train'; save the split to use")
+        data = data["train"] if "train" in data else next(iter(data.values()))
+    if text_field not in data.column_names:
+        raise CorpusError(f"{root}: no column {text_field!r} (columns: {', '.join(data.column_names)}); set data.text_field")
+    for row, value in enumerate(data[text_field]):
+        name = f"{root}:{row}"
+        yield _candidate(name, _text_bytes(value, name, text_field))
+
+
+def _candidate(name: str, data: bytes) -> _Candidate:
+    return Document(name, name, data), len(data)
+
+
+def _text_bytes(value, name: str, text_field: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        # JSON may carry lone surrogates; keep them as bytes so the UTF-8 check reports the document.
+        return value.encode("utf-8", errors="surrogatepass")
+    raise CorpusError(f"{name}: field {text_field!r} holds {type(value).__name__}, expected a string")
+
+

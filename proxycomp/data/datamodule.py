@@ -1,0 +1,202 @@
+"""`ProxyDataModule`: corpus -> views -> packed windows, as a LightningDataModule.
+
+Train batches mix views by the schedule (compression runs in DataLoader workers); validation batches are
+raw views of held-out documents. The DataModule's state (batches consumed, each worker's stream cursor,
+the SentencePiece model bytes) travels in the Lightning checkpoint, so a resumed run sees exactly the
+batches an uninterrupted one would and needs nothing outside the checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import DataLoader
+
+from proxycomp.data.corpus import Corpus, load_corpus
+from proxycomp.data.mixing import MixingSchedule
+from proxycomp.data.packing import CURSOR_KEY, StreamCursor, TrainStream, ValWindows
+from proxycomp.views import ViewConfig, train_spm
+from proxycomp.vocab import Vocabulary
+
+STATE_FORMAT = 1
+SPM_MODEL_FILE = "spm.model"
+MANIFEST_FILE = "data_manifest.json"
+
+
+class DataStateError(ValueError):
+    """A checkpoint's data state does not fit this configuration."""
+
+
+class ProxyDataModule(L.LightningDataModule):
+    def __init__(
+        self,
+        source: str = "python-sources",
+        path: str | None = None,
+        glob: str = "**/*.py",
+        text_field: str = "text",
+        views: list[str] = ["raw", "spm"],  # noqa: B006 - LightningCLI reads the default from the signature
+        spm_vocab_size: int = 8192,
+        spm_train_bytes: int = 20_000_000,
+        zstd_level: int = 3,
+        brotli_quality: int = 5,
+        seq_len: int = 2048,
+        batch_size: int = 8,
+        schedule: str = "paper",
+        r_peak: float = 0.9,
+        r_start: float = 0.4,
+        warmup_frac: float = 0.2,
+        total_steps: int = 1000,
+        val_fraction: float = 0.05,
+        min_bytes: int = 200,
+        max_bytes: int = 200_000,
+        max_documents: int | None = None,
+        val_windows: int | None = None,
+        num_workers: int = 2,
+        artifacts_dir: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        """See the module docstring. `spm_train_bytes` caps the text SentencePiece trains on (a seeded sample
+        of the train split); `total_steps` is linked to trainer.max_steps by the CLI."""
+        super().__init__()
+        if seq_len < 2 or batch_size < 1 or num_workers < 0:
+            raise ValueError(
+                f"need seq_len >= 2, batch_size >= 1, num_workers >= 0; got {seq_len}, {batch_size}, {num_workers}"
+            )
+        self.save_hyperparameters()
+        self.view_config = ViewConfig(tuple(views), spm_vocab_size, zstd_level, brotli_quality)
+        self.schedule = MixingSchedule(schedule, r_start, r_peak, warmup_frac, total_steps)
+        self.vocabulary: Vocabulary = self.view_config.vocabulary()
+        self.vocab_size: int = self.vocabulary.size
+        self.corpus: Corpus | None = None
+        self._spm_model: bytes | None = None
+        self._batches_consumed = 0
+        self._cursors: dict[int, StreamCursor] = {}
+
+    # ---- data -------------------------------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        if self.corpus is not None:
+            return
+        h = self.hparams
+        self.corpus = load_corpus(
+            h.source, h.path, h.glob, h.text_field, h.min_bytes, h.max_bytes, h.val_fraction, h.max_documents,
+            seed=h.seed,
+        )
+        rank_zero_info(self.corpus.report.summary())
+        self._write_artifacts()
+
+    @property
+    def spm_model(self) -> bytes | None:
+        """The serialized SentencePiece model; trained on first use (a resumed run gets it from the checkpoint)."""
+        if "spm" in self.view_config.names and self._spm_model is None:
+            self._spm_model = train_spm(
+                [d.data for d in self._require_corpus().train],
+                self.hparams.spm_vocab_size,
+                self.hparams.spm_train_bytes,
+                self.hparams.seed,
+            )
+            self._write_artifacts()
+        return self._spm_model
+
+    def train_dataloader(self) -> DataLoader:
+        stream = TrainStream(
+            [d.data for d in self._require_corpus().train],
+            self.view_config,
+            self.spm_model,
+            self.schedule,
+            self.hparams.seq_len,
+            self.hparams.batch_size,
+            self.hparams.seed,
+            self._batches_consumed,
+            dict(self._cursors),
+        )
+        workers = self.hparams.num_workers
+        return DataLoader(
+            stream, batch_size=None, num_workers=workers, persistent_workers=False,
+            prefetch_factor=4 if workers else None, pin_memory=torch.cuda.is_available(),
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        windows = ValWindows([d.data for d in self._require_corpus().val], self.hparams.seq_len, self.hparams.val_windows)
+        return DataLoader(windows, batch_size=self.hparams.batch_size, shuffle=False, num_workers=0)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        # Runs in the main process just before a batch is used (not when it is prefetched), so the saved cursor
+        # is the one of the last batch the model actually trained on.
+        if isinstance(batch, dict) and CURSOR_KEY in batch:
+            logical, windows, document, start = batch.pop(CURSOR_KEY).tolist()
+            self._cursors[logical] = StreamCursor(windows, document, start)
+            self._batches_consumed += 1
+        return batch
+
+    # ---- checkpoint state ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "batches_consumed": self._batches_consumed,
+            "cursors": {logical: c.to_list() for logical, c in self._cursors.items()},
+            "spm_model": self._spm_model,
+            "config": self._resume_config(),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("format") != STATE_FORMAT:
+            raise DataStateError(f"data state has format {state_dict.get('format')!r}, this code reads {STATE_FORMAT}")
+        saved, now = state_dict["config"], self._resume_config()
+        changed = [f"{k}: {saved.get(k)!r} -> {v!r}" for k, v in now.items() if saved.get(k) != v]
+        if changed:
+            raise DataStateError(
+                f"the checkpoint's data stream was made with other settings ({'; '.join(changed)}); "
+                "resume with the same data settings"
+            )
+        self._batches_consumed = int(state_dict["batches_consumed"])
+        self._cursors = {int(k): StreamCursor(*v) for k, v in state_dict["cursors"].items()}
+        self._spm_model = state_dict["spm_model"]
+
+    def _resume_config(self) -> dict[str, Any]:
+        """Settings a stream cursor is only valid under."""
+        h = self.hparams
+        keys = ("source", "path", "glob", "text_field", "views", "spm_vocab_size", "zstd_level", "brotli_quality",
+                "seq_len", "batch_size", "schedule", "r_peak", "r_start", "warmup_frac", "total_steps",
+                "val_fraction", "min_bytes", "max_bytes", "max_documents", "num_workers", "seed")
+        return {k: list(h[k]) if k == "views" else h[k] for k in keys}
+
+    # ---- helpers --------------------------------------------------------------------------------------------
+    def _require_corpus(self) -> Corpus:
+        if self.corpus is None:
+            raise RuntimeError("ProxyDataModule.setup() has not run; call setup('fit') or pass it to a Trainer")
+        return self.corpus
+
+    def artifacts_path(self) -> Path:
+        if self.hparams.artifacts_dir:
+            return Path(self.hparams.artifacts_dir)
+        trainer = self.trainer
+        if trainer is not None and trainer.log_dir:
+            return Path(trainer.log_dir)
+        return Path("runs") / "data"
+
+    def _write_artifacts(self) -> None:
+        """The SentencePiece model and a manifest (corpus report, views, schedule) beside the run."""
+        if self.trainer is not None and not self.trainer.is_global_zero:
+            return
+        root = self.artifacts_path()
+        root.mkdir(parents=True, exist_ok=True)
+        manifest = {
+            "config": self._resume_config(),
+            "vocabulary": self.vocabulary.to_dict(),
+            "corpus": self._require_corpus().report.to_dict(),
+        }
+        if self._spm_model is not None:
+            _atomic_write(root / SPM_MODEL_FILE, self._spm_model)
+            manifest["spm_model_file"] = SPM_MODEL_FILE
+        _atomic_write(root / MANIFEST_FILE, json.dumps(manifest, indent=2).encode())
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

@@ -1,0 +1,234 @@
+"""Packing serialized documents into fixed windows, and the resumable training stream.
+
+A stream S of symbols (documents one after another) is cut into windows of seq_len + 1 symbols that
+overlap by one: window j holds S[j*T : j*T + T + 1], so inputs are its first T symbols and targets its
+last T, and every symbol is a target exactly once. Each window restarts positions at 0 for every
+document piece in it (a document cut by a window edge continues at position 0 in the next window).
+
+Step of the mixing schedule. A worker does not see the optimizer. It derives the step from the windows
+it has produced: DataLoader hands out batches round-robin over workers, so the b-th batch of logical
+worker l (of W) is batch b*W + l of this rank, which is the optimizer step when there is no gradient
+accumulation (with accumulation, scale total_steps accordingly). A document's view choice uses the step
+of the window in which it starts.
+
+Resume. Every batch carries a `stream_cursor` (logical worker, windows done, first unfinished document,
+its stream position); that is enough to regenerate the stream exactly from there without redoing any
+compression. `ProxyDataModule` pops the cursor before the batch reaches the model and saves the latest
+one per worker; after a restart worker i plays logical worker (i + batches consumed) mod W so the
+round-robin order carries on.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from proxycomp.data.mixing import MixingSchedule, choose_views
+from proxycomp.views import RawView, ViewConfig, serialize_views
+from proxycomp.vocab import PAD, RAW_OFFSET
+
+IGNORE_INDEX = -100
+CURSOR_KEY = "stream_cursor"
+
+
+def pack_window(pieces: Sequence[np.ndarray], seq_len: int) -> dict[str, torch.Tensor]:
+    """One window from consecutive document pieces (at most seq_len + 1 symbols; the rest is padding).
+
+    Each piece is one document (or the part of one inside this window) and gets its own doc id; the
+    padding tail gets one more. A target is ignored where the next symbol is padding or belongs to
+    another piece: predicting the next document's ``<bos>`` from this one's ``<eos>`` means nothing.
+    """
+    span = seq_len + 1
+    total = sum(len(piece) for piece in pieces)
+    if total > span:
+        raise ValueError(f"pieces hold {total} symbols, more than seq_len + 1 = {span}")
+    ids = np.full(span, PAD, dtype=np.int64)
+    doc = np.empty(span, dtype=np.int32)
+    pos = np.empty(span, dtype=np.int32)
+    at = 0
+    for k, piece in enumerate(pieces):
+        n = len(piece)
+        ids[at : at + n] = piece
+        doc[at : at + n] = k
+        pos[at : at + n] = np.arange(n, dtype=np.int32)
+        at += n
+    doc[at:] = len(pieces)
+    pos[at:] = np.arange(span - at, dtype=np.int32)
+    targets = ids[1:].copy()
+    targets[(doc[1:] != doc[:-1]) | (np.arange(1, span) >= at)] = IGNORE_INDEX
+    return {
+        "input_ids": torch.from_numpy(ids[:-1]),
+        "targets": torch.from_numpy(targets),
+        "doc_ids": torch.from_numpy(doc[:-1]),
+        "positions": torch.from_numpy(pos[:-1]),
+    }
+
+
+def collate(windows: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    return {key: torch.stack([w[key] for w in windows]) for key in windows[0]}
+
+
+class ValWindows(Dataset):
+    """Raw views of held-out documents, packed in corpus order; deterministic, finite, padded at the end."""
+
+    def __init__(self, documents: Sequence[bytes], seq_len: int, max_windows: int | None = None):
+        raw = RawView(RAW_OFFSET)
+        stream = _ArrayStream(serialize_views([("raw", raw.encode_array(d))]) for d in documents)
+        self.windows: list[list[np.ndarray]] = []
+        while max_windows is None or len(self.windows) < max_windows:
+            pieces = stream.read(seq_len + 1, advance=seq_len)
+            if not pieces:
+                break
+            self.windows.append(pieces)
+            if sum(map(len, pieces)) < seq_len + 1:
+                break  # the stream ended inside this window
+        self.seq_len = seq_len
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return pack_window(self.windows[index], self.seq_len)
+
+
+class _ArrayStream:
+    """Reads a sequence of symbol arrays as one stream, keeping only the arrays not yet passed."""
+
+    def __init__(self, arrays: Iterator[np.ndarray]):
+        self._arrays = arrays
+        self._queue: deque[np.ndarray] = deque()
+        self._offset = 0  # into the queue's first array
+
+    def read(self, count: int, advance: int) -> list[np.ndarray]:
+        """Up to `count` symbols from the current position, as pieces split at array boundaries; then move
+        `advance` symbols on."""
+        pieces, need, k, offset = [], count, 0, self._offset
+        while need > 0:
+            if k == len(self._queue):
+                nxt = next(self._arrays, None)
+                if nxt is None:
+                    break
+                self._queue.append(nxt)
+            piece = self._queue[k][offset : offset + need]
+            if len(piece):
+                pieces.append(piece)
+            need -= len(piece)
+            k, offset = k + 1, 0
+        self._skip(advance)
+        return pieces
+
+    def _skip(self, count: int) -> None:
+        while count > 0 and self._queue:
+            left = len(self._queue[0]) - self._offset
+            if count < left:
+                self._offset += count
+                return
+            count -= left
+            self._queue.popleft()
+            self._offset = 0
+
+
+@dataclass(frozen=True)
+class StreamCursor:
+    """Where a logical worker's stream stands after a batch."""
+
+    windows: int  # windows produced so far
+    document: int  # sample counter of the first document not fully passed
+    start: int  # stream position of that document's first symbol
+
+    def to_list(self) -> list[int]:
+        return [self.windows, self.document, self.start]
+
+
+class TrainStream(IterableDataset):
+    """An endless stream of mixed-view batches, sharded by rank and DataLoader worker.
+
+    Yields whole batches (use ``DataLoader(batch_size=None)``): the worker must know batch edges to derive the
+    schedule step. Documents are visited in a fresh seeded permutation each epoch; worker shard s of S takes
+    every S-th document of it. Everything is a function of (seed, shard, sample counter, step), so the
+    stream is reproducible from a `StreamCursor`.
+    """
+
+    def __init__(
+        self,
+        documents: Sequence[bytes],
+        view_config: ViewConfig,
+        spm_model: bytes | None,
+        schedule: MixingSchedule,
+        seq_len: int,
+        batch_size: int,
+        seed: int,
+        batches_consumed: int = 0,
+        cursors: dict[int, StreamCursor] | None = None,
+    ):
+        self.documents = documents
+        self.view_config = view_config
+        self.spm_model = spm_model
+        self.schedule = schedule
+        self.seq_len = seq_len
+        self.batch_size = batch_size
+        self.seed = seed
+        self.batches_consumed = batches_consumed
+        self.cursors = cursors or {}
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        info = get_worker_info()
+        physical, workers = (info.id, info.num_workers) if info else (0, 1)
+        rank, world = _rank_and_world()
+        logical = (physical + self.batches_consumed) % workers
+        shard, shards = rank * workers + logical, world * workers
+        if shards > len(self.documents):
+            raise ValueError(
+                f"{len(self.documents)} train documents cannot feed {shards} loader shards; lower num_workers"
+            )
+        cursor = self.cursors.get(logical, StreamCursor(0, 0, 0))
+        views = self.view_config.build(self.spm_model)
+        compressed = [name for name in self.view_config.names if name != "raw"]
+        T, B = self.seq_len, self.batch_size
+        per_epoch = len(range(shard, len(self.documents), shards))
+        permutations: dict[int, np.ndarray] = {}
+
+        def step_of_window(window: int) -> int:
+            return (window // B) * workers + logical
+
+        def sample(n: int, start: int) -> np.ndarray:
+            epoch, index = divmod(n, per_epoch)
+            if epoch not in permutations:
+                permutations.clear()
+                permutations[epoch] = np.random.default_rng((self.seed, epoch)).permutation(len(self.documents))
+            data = self.documents[permutations[epoch][shard + index * shards]]
+            mode, r = self.schedule.at(step_of_window(start // T))
+            names = choose_views(mode, r, compressed, np.random.default_rng((self.seed, shard, n)))
+            return serialize_views([(name, views[name].encode_array(data)) for name in names])
+
+        # queue: (sample counter, stream start, symbols) of documents not yet passed by the window start
+        queue: deque[tuple[int, int, np.ndarray]] = deque()
+        next_n, next_start = cursor.document, cursor.start
+        window = cursor.windows
+        while True:
+            batch = []
+            for _ in range(B):
+                lo, hi = window * T, window * T + T + 1
+                while next_start < hi:
+                    symbols = sample(next_n, next_start)
+                    queue.append((next_n, next_start, symbols))
+                    next_n, next_start = next_n + 1, next_start + len(symbols)
+                pieces = [s[max(lo - start, 0) : hi - start] for _, start, s in queue if start + len(s) > lo]
+                batch.append(pack_window(pieces, T))
+                window += 1
+                while queue and queue[0][1] + len(queue[0][2]) <= window * T:
+                    queue.popleft()
+            first_n, first_start = (queue[0][0], queue[0][1]) if queue else (next_n, next_start)
+            out = collate(batch)
+            out[CURSOR_KEY] = torch.tensor([logical, window, first_n, first_start], dtype=torch.int64)
+            yield out
+
+
+def _rank_and_world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1

@@ -1,0 +1,59 @@
+"""Views by name: the vocabulary layout for a list of view names, and the codecs built on it."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proxycomp.views.base import View, ViewError
+from proxycomp.views.byte_codecs import BYTE_SYMBOLS, BrotliView, RawView, ZstdView
+from proxycomp.views.spm import SpmView
+from proxycomp.vocab import Vocabulary
+
+VIEW_CLASSES: dict[str, type[View]] = {cls.name: cls for cls in (RawView, SpmView, ZstdView, BrotliView)}
+
+
+def check_view_names(names: Sequence[str]) -> None:
+    """Raise on an unknown or repeated name, or a list without `raw` (evaluation always reads raw bytes)."""
+    for name in names:
+        if name not in VIEW_CLASSES:
+            raise ViewError(f"unknown view {name!r}; known views: {', '.join(VIEW_CLASSES)}")
+    if len(set(names)) != len(names):
+        raise ViewError(f"views lists a name twice: {list(names)}")
+    if "raw" not in names:
+        raise ViewError(f"views must include 'raw' (evaluation reads raw bytes), got {list(names)}")
+
+
+@dataclass(frozen=True)
+class ViewConfig:
+    """Everything needed to rebuild the views anywhere (a DataLoader worker, a restored checkpoint)."""
+
+    names: tuple[str, ...] = ("raw", "spm")
+    spm_vocab_size: int = 8192
+    zstd_level: int = 3
+    brotli_quality: int = 5
+
+    def __post_init__(self) -> None:
+        check_view_names(self.names)
+
+    def vocabulary(self) -> Vocabulary:
+        """Compressed ranges follow the order of `names`."""
+        sizes = {"spm": self.spm_vocab_size, "zstd": BYTE_SYMBOLS, "brotli": BYTE_SYMBOLS}
+        return Vocabulary(tuple((name, sizes[name]) for name in self.names if name != "raw"))
+
+    def build(self, spm_model: bytes | None = None) -> dict[str, View]:
+        """The codecs, keyed by name; `spm_model` (a serialized SentencePiece model) is needed for `spm`."""
+        vocab = self.vocabulary()
+        views: dict[str, View] = {}
+        for name in self.names:
+            offset = vocab.offset(name)
+            if name == "raw":
+                views[name] = RawView(offset)
+            elif name == "zstd":
+                views[name] = ZstdView(offset, self.zstd_level)
+            elif name == "brotli":
+                views[name] = BrotliView(offset, self.brotli_quality)
+            else:
+                if spm_model is None:
+                    raise ViewError("the spm view needs a trained SentencePiece model (train_spm) before it is built")
+                views[name] = SpmView(offset, self.spm_vocab_size, spm_model)
+        return views

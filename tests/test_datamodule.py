@@ -1,0 +1,139 @@
+"""ProxyDataModule: the batch contract, raw-only validation, artifacts, and exact resume through a real Trainer."""
+from __future__ import annotations
+
+import json
+
+import lightning as L
+import pytest
+import torch
+
+from proxycomp.data import DataStateError, ProxyDataModule
+from proxycomp.data.datamodule import MANIFEST_FILE, SPM_MODEL_FILE
+from proxycomp.vocab import NUM_SPECIALS, RAW_OFFSET, RAW_SIZE, Vocabulary
+
+CODE = """def function_{i}(value, other={i}):
+    # compute something for case {i}
+    if value > other:
+        return [value * {i} for _ in range(other)]
+    return {{"key_{i}": value, "other": other}}
+
+
+class Thing{i}:
+    name = "thing {i}"
+"""
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    for i in range(40):
+        (root / f"pkg{i % 8}").mkdir(exist_ok=True)
+        (root / f"pkg{i % 8}" / f"mod{i}.py").write_text(CODE.format(i=i) * (1 + i % 3))
+    return root
+
+
+def make_dm(corpus_dir, tmp_path, **overrides) -> ProxyDataModule:
+    args = dict(
+        source="folder", path=str(corpus_dir), views=["raw", "spm", "zstd"], spm_vocab_size=400, seq_len=64,
+        batch_size=2, total_steps=8, val_fraction=0.2, num_workers=0, artifacts_dir=str(tmp_path / "art"), seed=1,
+    )
+    args.update(overrides)
+    return ProxyDataModule(**args)
+
+
+def test_vocabulary_is_known_before_setup(corpus_dir, tmp_path):
+    dm = make_dm(corpus_dir, tmp_path)
+    assert dm.vocabulary == Vocabulary((("spm", 400), ("zstd", 256)))
+    assert dm.vocab_size == NUM_SPECIALS + RAW_SIZE + 400 + 256
+    with pytest.raises(RuntimeError, match="setup"):
+        dm.train_dataloader()
+
+
+def test_train_batches_follow_the_contract_and_artifacts_are_written(corpus_dir, tmp_path):
+    dm = make_dm(corpus_dir, tmp_path)
+    dm.setup("fit")
+    batch = dm.on_before_batch_transfer(next(iter(dm.train_dataloader())), 0)
+    assert set(batch) == {"input_ids", "targets", "doc_ids", "positions"}
+    for key, dtype in (("input_ids", torch.int64), ("targets", torch.int64), ("doc_ids", torch.int32)):
+        assert batch[key].shape == (2, 64) and batch[key].dtype == dtype
+    assert (batch["doc_ids"].diff(dim=1) >= 0).all()
+    starts = torch.ones_like(batch["doc_ids"], dtype=torch.bool)
+    starts[:, 1:] = batch["doc_ids"].diff(dim=1) != 0
+    assert (batch["positions"][starts] == 0).all()
+    assert ((batch["input_ids"] >= 0) & (batch["input_ids"] < dm.vocab_size)).all()
+    assert (tmp_path / "art" / SPM_MODEL_FILE).read_bytes() == dm.spm_model
+    manifest = json.loads((tmp_path / "art" / MANIFEST_FILE).read_text())
+    assert manifest["corpus"]["kept"] == 40 and manifest["vocabulary"] == dm.vocabulary.to_dict()
+
+
+def test_val_loader_is_raw_only_and_deterministic(corpus_dir, tmp_path):
+    dm = make_dm(corpus_dir, tmp_path, val_windows=5)
+    dm.setup("fit")
+    first, second = list(dm.val_dataloader()), list(dm.val_dataloader())
+    assert sum(len(b["input_ids"]) for b in first) == 5
+    for a, b in zip(first, second):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        ids = a["input_ids"]
+        assert ((ids < NUM_SPECIALS) | ((ids >= RAW_OFFSET) & (ids < RAW_OFFSET + RAW_SIZE))).all()
+
+
+class BatchRecorder(L.LightningModule):
+    """A minimal trainable module that keeps every training batch it sees (a test harness, not a model)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(()))
+        self.seen: list[dict[str, torch.Tensor]] = []
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append({k: v.clone() for k, v in batch.items()})
+        return self.weight * batch["input_ids"].float().mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def fit(dm, steps, root, ckpt_path=None) -> BatchRecorder:
+    model = BatchRecorder()
+    trainer = L.Trainer(
+        max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, limit_val_batches=0, default_root_dir=str(root),
+        callbacks=[L.pytorch.callbacks.ModelCheckpoint(dirpath=str(root / "ckpt"), save_last=True)],
+    )
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    return model
+
+
+@pytest.mark.slow
+def test_resume_sees_the_same_batches_as_an_uninterrupted_run(corpus_dir, tmp_path):
+    # 2 workers and an odd stop step: the resumed loader must restart the round-robin at the right worker.
+    settings = dict(num_workers=2, total_steps=7)
+    full = fit(make_dm(corpus_dir, tmp_path / "a", **settings), 7, tmp_path / "a")
+    first = make_dm(corpus_dir, tmp_path / "b", **settings)
+    fit(first, 3, tmp_path / "b")
+    resumed_dm = make_dm(corpus_dir, tmp_path / "c", **settings)
+    resumed = fit(resumed_dm, 7, tmp_path / "c", ckpt_path=str(tmp_path / "b" / "ckpt" / "last.ckpt"))
+    assert len(full.seen) == 7 and len(resumed.seen) == 4
+    for expected, got in zip(full.seen[3:], resumed.seen):
+        assert expected.keys() == got.keys()
+        assert all(torch.equal(expected[k], got[k]) for k in expected)
+    # the tokenizer came from the checkpoint, not from training again
+    assert resumed_dm.spm_model == first.spm_model
+    assert not (tmp_path / "c" / "art" / SPM_MODEL_FILE).exists()
+
+
+def test_state_from_other_settings_is_refused(corpus_dir, tmp_path):
+    state = make_dm(corpus_dir, tmp_path).state_dict()
+    with pytest.raises(DataStateError, match=r"seq_len: 64 -> 128"):
+        make_dm(corpus_dir, tmp_path, seq_len=128).load_state_dict(state)
+    with pytest.raises(DataStateError, match="format"):
+        make_dm(corpus_dir, tmp_path).load_state_dict({**state, "format": 99})
+
+
+def test_bad_arguments_are_refused(corpus_dir, tmp_path):
+    with pytest.raises(ValueError, match="unknown view 'gzip'; known views: raw, spm, zstd, brotli"):
+        make_dm(corpus_dir, tmp_path, views=["raw", "gzip"])
+    with pytest.raises(ValueError, match="unknown schedule"):
+        make_dm(corpus_dir, tmp_path, schedule="cosine")
+    with pytest.raises(ValueError, match="seq_len"):
+        make_dm(corpus_dir, tmp_path, seq_len=1)
