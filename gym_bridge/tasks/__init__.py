@@ -1,0 +1,118 @@
+"""The shipped gym tasks (KernelBench format plus per-size shapes) and loading of a user's task file.
+
+A task file defines `class Model(nn.Module)`, `get_inputs(size="gpu")` and `get_init_inputs(size="gpu")`,
+plus the module constants `CATEGORY` and `SIZES` (keys "cpu", "gpu", "gpu_heldout"). A plain KernelBench file
+without those constants also loads: its category is "custom" and its sizes are empty, meaning
+`get_inputs()` takes no size argument. Files are read with `ast`, never imported here, so listing the
+tasks stays cheap and a broken task cannot run code at listing time.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+
+TASKS_DIR = Path(__file__).resolve().parent
+SOLUTIONS_DIR = TASKS_DIR.parent / "solutions"
+CATEGORIES = ("elementwise", "reduction", "norm", "loss", "scan", "matmul_fusion", "conv_pool")
+SIZE_NAMES = ("cpu", "gpu", "gpu_heldout")
+REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
+CUSTOM_CATEGORY = "custom"
+
+
+class TaskError(ValueError):
+    """A task name or task file that cannot be used; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    path: Path
+    category: str
+    sizes: tuple[str, ...]
+
+    @property
+    def source(self) -> str:
+        """The task file's text (what a policy sees as the reference)."""
+        return self.path.read_text()
+
+    @property
+    def solution_path(self) -> Path | None:
+        """The shipped reference Triton solution, for shipped tasks that have one."""
+        if self.path.parent != TASKS_DIR:
+            return None
+        path = SOLUTIONS_DIR / f"{self.name}.py"
+        return path if path.is_file() else None
+
+
+def _top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
+    names: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names[node.name] = node
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    names[target.id] = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            names[node.target.id] = node.value
+    return names
+
+
+def _parse_task(path: Path) -> Task:
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as err:
+        raise TaskError(f"task file {path}: syntax error at line {err.lineno}: {err.msg}") from None
+    names = _top_level_names(tree)
+    missing = [name for name in REQUIRED_NAMES if name not in names]
+    if missing:
+        raise TaskError(
+            f"task file {path} lacks {', '.join(missing)}: a task defines class Model(nn.Module), "
+            "get_inputs() and get_init_inputs() (KernelBench format)"
+        )
+
+    category = CUSTOM_CATEGORY
+    if "CATEGORY" in names:
+        node = names["CATEGORY"]
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value):
+            raise TaskError(f"task file {path}: CATEGORY must be a string literal, e.g. CATEGORY = \"reduction\"")
+        category = node.value
+
+    sizes: tuple[str, ...] = ()
+    if "SIZES" in names:
+        node = names["SIZES"]
+        keys = node.keys if isinstance(node, ast.Dict) else []
+        if not (
+            isinstance(node, ast.Dict)
+            and keys
+            and all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys)
+        ):
+            raise TaskError(
+                f"task file {path}: SIZES must be a dict literal keyed by size name, "
+                f"e.g. SIZES = {{\"cpu\": dict(dim=300), ...}} with keys from {SIZE_NAMES}"
+            )
+        sizes = tuple(k.value for k in keys)  # type: ignore[union-attr]
+    return Task(name=path.stem, path=path.resolve(), category=category, sizes=sizes)
+
+
+def list_tasks() -> list[Task]:
+    """Every shipped task, sorted by name."""
+    return [_parse_task(path) for path in sorted(TASKS_DIR.glob("*.py")) if path.name != "__init__.py"]
+
+
+def load_task(name_or_path: str | Path) -> Task:
+    """A shipped task by name (e.g. "relu") or a user's task file by path."""
+    text = str(name_or_path)
+    if isinstance(name_or_path, Path) or text.endswith(".py") or "/" in text or "\\" in text:
+        path = Path(name_or_path).expanduser()
+        if not path.is_file():
+            raise TaskError(f"task file {path} does not exist: pass a shipped task name or a path to a .py file")
+        return _parse_task(path)
+    shipped = {task.name: task for task in list_tasks()}
+    if text in shipped:
+        return shipped[text]
+    close = difflib.get_close_matches(text, shipped, n=3, cutoff=0.5)
+    hint = f"close matches: {', '.join(close)}" if close else f"shipped tasks: {', '.join(shipped)}"
+    raise TaskError(f"unknown task {text!r}; {hint} (or pass a path to a task .py file)")

@@ -1,0 +1,42 @@
+"""L2 norm over any dimension: sum of squares in float32 over (outer, reduced, inner) tiles, then sqrt."""
+import math
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+TILE = 4096
+
+
+@triton.jit
+def l2_norm_kernel(x_ptr, y_ptr, R, INNER, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):
+    outer = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
+    col_mask = cols < INNER
+    base = x_ptr + outer.to(tl.int64) * R * INNER
+    acc = tl.zeros((BLOCK_R, BLOCK_I), tl.float32)
+    for r0 in range(0, R, BLOCK_R):
+        rows = r0 + tl.arange(0, BLOCK_R)
+        mask = (rows[:, None] < R) & col_mask[None, :]
+        x = tl.load(base + rows[:, None] * INNER + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        acc += x * x
+    norm = tl.sqrt(tl.sum(acc, axis=0))
+    tl.store(y_ptr + outer.to(tl.int64) * INNER + cols, norm.to(y_ptr.dtype.element_ty), mask=col_mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        dim = self.dim % x.dim()
+        outer, r, inner = math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1 :])
+        y = torch.empty((*x.shape[:dim], *x.shape[dim + 1 :]), dtype=x.dtype, device=x.device)
+        block_i = min(triton.next_power_of_2(inner), 128)
+        block_r = min(triton.next_power_of_2(r), max(1, TILE // block_i))
+        grid = (outer, triton.cdiv(inner, block_i))
+        l2_norm_kernel[grid](x, y, r, inner, BLOCK_R=block_r, BLOCK_I=block_i, num_warps=4)
+        return y

@@ -1,0 +1,63 @@
+"""linear(x) * scale + residual in one tiled Triton matmul: bias, scale and the residual read happen on the
+float32 accumulator before the single store. Grouped tile order for L2 reuse; IEEE fp32 dots (no TF32)."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M = 64, 128, 32, 8
+
+
+@triton.jit
+def linear_scale_residual_kernel(
+    x_ptr, w_ptr, b_ptr, r_ptr, y_ptr, M, N, K, scale,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_rn, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    group_rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_rows
+    pid_n = (pid % per_group) // group_rows
+
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :] * stride_xk,
+                    mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = tl.load(w_ptr + rk[:, None] * stride_wk + rn[None, :] * stride_wn,
+                    mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    out_mask = (rm[:, None] < M) & (rn[None, :] < N)
+    acc += tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    residual = tl.load(r_ptr + rm[:, None] * stride_rm + rn[None, :] * stride_rn, mask=out_mask, other=0.0)
+    acc = acc * scale + residual.to(tl.float32)
+    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :] * stride_yn, acc.to(y_ptr.dtype.element_ty), mask=out_mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features: int, out_features: int, scale: float):
+        super().__init__()
+        # The same nn.Linear as the reference, so its weights match under one seed; only its tensors are used.
+        self.linear = nn.Linear(in_features, out_features)
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, x.shape[-1])
+        w, b = self.linear.weight, self.linear.bias
+        m, k = x2.shape
+        n = w.shape[0]
+        r2 = residual.expand(*x.shape[:-1], n).reshape(m, n)
+        y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+        grid = (triton.cdiv(m, BLOCK_M) * triton.cdiv(n, BLOCK_N),)
+        linear_scale_residual_kernel[grid](
+            x2, w, b, r2, y, m, n, k, float(self.scale),
+            x2.stride(0), x2.stride(1), w.stride(0), w.stride(1), r2.stride(0), r2.stride(1), y.stride(0), y.stride(1),
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, num_warps=8, num_stages=3,
+        )
+        return y.view(*x.shape[:-1], n)

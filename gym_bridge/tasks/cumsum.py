@@ -1,0 +1,28 @@
+"""Inclusive prefix sum along dimension 1."""
+import torch
+import torch.nn as nn
+
+CATEGORY = "scan"
+SIZES = {
+    "cpu": dict(batch=8, length=2000),
+    "gpu": dict(batch=4096, length=8192),
+    "gpu_heldout": dict(batch=1024, length=40000),
+}
+
+
+class Model(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(x, dim=self.dim)
+
+
+def get_inputs(size: str = "gpu") -> list:
+    s = SIZES[size]
+    return [torch.randn(s["batch"], s["length"])]
+
+
+def get_init_inputs(size: str = "gpu") -> list:
+    return [1]
