@@ -1,0 +1,89 @@
+"""Compile every kernel of this package for Hopper (sm_90) without a GPU.
+
+Triton's interpreter, which the CPU tests use, skips the compiler's checks (loop-carried types, layouts,
+shared-memory limits), so a kernel can pass every CPU test and still fail to build on the GPU. This
+module builds each kernel with the configs the launchers use, through Triton's bundled ptxas:
+
+    python -m proxycomp.kernels.compile_check      # TRITON_INTERPRET must be unset
+
+Pointers and strides are declared 16-byte aligned, as Triton's launcher specializes them on real
+inputs, so the build takes the same path (software pipelining included) as on the device.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+
+
+def _compile(fn, types: dict[str, str], constexprs: dict, num_warps: int, num_stages: int) -> float:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = fn.arg_names
+    signature = {n: "constexpr" if n in constexprs else types.get(n, "i32") for n in names}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+               if signature[n].startswith("*") or (signature[n] == "i32" and n.startswith("s"))}
+    source = ASTSource(fn, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()}, attrs=aligned)
+    start = time.perf_counter()
+    triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
+    return time.perf_counter() - start
+
+
+def _pointers(dtype: str, *names: str) -> dict[str, str]:
+    return {name: f"*{dtype}" for name in names}
+
+
+def attention_builds(head_dim: int):
+    from . import attention as A
+
+    cfg = A.default_config(head_dim, torch.device("cuda"))
+    flags = dict(HEAD_DIM=head_dim, CAUSAL=True, HAS_DOCS=True, SKIP=True, FP32_DOT=False)
+    qkv = {**_pointers("bf16", "Q", "K", "V", "O", "DO", "DQ", "DK", "DV"), **_pointers("fp32", "LSE", "DELTA"),
+           **_pointers("i32", "DOC_START", "DOC_END"), "qk_scale2": "fp32", "sm_scale": "fp32"}
+    yield ("attention fwd", A._attn_fwd_kernel, qkv, dict(BLOCK_M=cfg.fwd_block_m, BLOCK_N=cfg.fwd_block_n, **flags),
+           cfg.fwd_warps, cfg.fwd_stages)
+    yield ("attention delta", A._attn_bwd_delta_kernel, qkv, dict(HEAD_DIM=head_dim, BLOCK_M=64), 4, 1)
+    yield ("attention dkdv", A._attn_bwd_dkdv_kernel, qkv,
+           dict(BLOCK_M=cfg.dkdv_block_m, BLOCK_N=cfg.dkdv_block_n, **flags), cfg.bwd_warps, cfg.bwd_stages)
+    yield ("attention dq", A._attn_bwd_dq_kernel, qkv, dict(BLOCK_M=cfg.dq_block_m, BLOCK_N=cfg.dq_block_n, **flags),
+           cfg.bwd_warps, cfg.bwd_stages)
+
+
+def embedding_builds():
+    from . import embedding as E
+
+    ids = _pointers("i64", "IDS", "SORTED_IDS", "PERM", "ROW_BOUNDS")
+    yield ("embedding fwd", E._embedding_fwd_kernel, {**ids, **_pointers("bf16", "W", "OUT")},
+           dict(BLOCK_T=16, BLOCK_D=1024), 4, 3)
+    yield ("embedding+rmsnorm fwd", E._embedding_rmsnorm_fwd_kernel,
+           {**ids, **_pointers("bf16", "W", "NORM_W", "X", "Y"), "eps": "fp32"}, dict(BLOCK_T=8, BLOCK_D=1024), 4, 3)
+    for two_grads in (False, True):
+        out = _pointers("fp32", "OUT_X", "OUT_Y") if two_grads else _pointers("bf16", "OUT_X", "OUT_Y")
+        yield (f"embedding bwd chunks (two grads: {two_grads})", E._embedding_bwd_chunks_kernel,
+               {**ids, **_pointers("bf16", "GRAD_X", "GRAD_Y"), **_pointers("fp32", "SLOTS_X", "SLOTS_Y"), **out},
+               dict(CHUNK=256, TWO_GRADS=two_grads, BLOCK_T=32, BLOCK_D=256), 4, 3)
+    yield ("embedding bwd rows", E._embedding_bwd_rows_kernel, {**ids, **_pointers("fp32", "SLOTS_X"),
+                                                                **_pointers("bf16", "DW")},
+           dict(CHUNK=256, BLOCK_D=256), 4, 3)
+    yield ("embedding+rmsnorm bwd rows", E._embedding_rmsnorm_bwd_rows_kernel,
+           {**ids, **_pointers("fp32", "SLOTS_X", "SLOTS_Y", "SUM_X", "SUM_Y", "DG_ROWS"),
+            **_pointers("bf16", "W", "NORM_W", "DW"), "eps": "fp32"}, dict(CHUNK=256, BLOCK_D=1024), 4, 3)
+
+
+def main() -> int:
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        print("compile_check: unset TRITON_INTERPRET (the interpreter replaces the kernels it would build)")
+        return 2
+    builds = [*attention_builds(64), *attention_builds(128), *embedding_builds()]
+    for name, fn, types, constexprs, warps, stages in builds:
+        seconds = _compile(fn, types, constexprs, warps, stages)
+        print(f"built {name} for sm_90 ({', '.join(f'{k}={v}' for k, v in constexprs.items())}) in {seconds:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

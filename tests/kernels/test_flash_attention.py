@@ -1,0 +1,186 @@
+"""flash_attention against the float32 reference: output and dq/dk/dv, odd shapes, GQA, documents.
+
+On the CPU these run under Triton's interpreter at small sizes; with CUDA, `-m gpu` runs the same
+checks at full size (S up to 2048, head_dim 64/128).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from proxycomp.kernels.attention import KernelInputError, cached_document_bounds, document_bounds, flash_attention
+from proxycomp.kernels.reference import attention_reference
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+# Relative L2 error vs the float32 reference on the same rounded inputs. float32 on the GPU runs
+# tl.dot in tf32.
+TOLERANCE = {torch.float32: 5e-3 if CUDA else 1e-4, torch.float16: 3e-3, torch.bfloat16: 2e-2}
+
+# (batch, heads, kv_heads, seq, head_dim, documents)
+if CUDA:
+    CASES = [
+        (2, 8, 2, 2048, 128, "random"),
+        (2, 4, 4, 2048, 64, "random"),
+        (1, 4, 1, 1000, 128, "none"),
+        (2, 4, 2, 1537, 64, "none"),
+        (1, 2, 2, 777, 64, "singletons"),
+        (1, 2, 1, 2048, 128, "one"),
+    ]
+    DTYPES = [torch.bfloat16, torch.float16]
+    pytestmark = pytest.mark.gpu
+else:
+    CASES = [
+        (1, 2, 1, 37, 16, "none"),
+        (2, 4, 2, 100, 32, "random"),
+        (1, 2, 2, 129, 64, "random"),
+        (1, 3, 1, 65, 16, "singletons"),
+        (2, 2, 2, 48, 32, "one"),
+    ]
+    DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def _doc_ids(kind: str, batch: int, seq: int) -> torch.Tensor | None:
+    if kind == "none":
+        return None
+    if kind == "one":
+        return torch.full((batch, seq), 7, dtype=torch.int64)
+    if kind == "singletons":
+        return torch.arange(seq, dtype=torch.int32).expand(batch, seq).contiguous()
+    # Random boundaries; ids non-decreasing as packing makes them, with gaps in the id values.
+    cuts = torch.rand(batch, seq) < 6.0 / seq
+    cuts[:, 0] = False
+    return (cuts.cumsum(dim=1) * 3).to(torch.int64)
+
+
+def _inputs(batch, heads, kv_heads, seq, head_dim, dtype):
+    # q arrives as the model makes it: a (B, S, H, D) projection seen as (B, H, S, D).
+    q = torch.randn(batch, seq, heads, head_dim, device=DEVICE, dtype=dtype).transpose(1, 2)
+    k = torch.randn(batch, seq, kv_heads, head_dim, device=DEVICE, dtype=dtype).transpose(1, 2)
+    v = torch.randn(batch, kv_heads, seq, head_dim, device=DEVICE, dtype=dtype)
+    return [t.requires_grad_() for t in (q, k, v)]
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Relative L2 error; the floor (0.1 per element) keeps a zero reference (dq of one-token documents)
+    from dividing rounding noise by zero."""
+    floor = 0.1 * b.numel() ** 0.5
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp(min=floor)).item()
+
+
+def _check_against_reference(q, k, v, doc_ids, causal, tol, **kwargs):
+    out = flash_attention(q, k, v, doc_ids, causal=causal, **kwargs)
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    ref_in = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    ref = attention_reference(*ref_in, doc_ids=doc_ids, causal=causal)
+    ref.backward(grad_out.float())
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert torch.isfinite(out).all()
+    for name, got, want in (("out", out, ref), ("dq", q.grad, ref_in[0].grad), ("dk", k.grad, ref_in[1].grad),
+                            ("dv", v.grad, ref_in[2].grad)):
+        assert got.shape == want.shape
+        err = _rel(got, want)
+        assert err < tol, f"{name}: relative error {err:.2e} >= {tol:.0e}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_matches_reference(case, dtype):
+    batch, heads, kv_heads, seq, head_dim, docs = case
+    doc_ids = _doc_ids(docs, batch, seq)
+    doc_ids = None if doc_ids is None else doc_ids.to(DEVICE)
+    q, k, v = _inputs(batch, heads, kv_heads, seq, head_dim, dtype)
+    _check_against_reference(q, k, v, doc_ids, True, TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("docs", ["none", "random"])
+def test_non_causal(docs):
+    batch, heads, kv_heads, seq, head_dim = (1, 4, 2, 1100, 64) if CUDA else (1, 2, 1, 70, 32)
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    doc_ids = _doc_ids(docs, batch, seq)
+    doc_ids = None if doc_ids is None else doc_ids.to(DEVICE)
+    _check_against_reference(*_inputs(batch, heads, kv_heads, seq, head_dim, dtype), doc_ids, False, TOLERANCE[dtype])
+
+
+def test_skipping_does_not_change_the_result():
+    batch, heads, seq, head_dim = (2, 4, 2048, 64) if CUDA else (1, 2, 90, 16)
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    doc_ids = _doc_ids("random", batch, seq).to(DEVICE)
+    q, k, v = _inputs(batch, heads, heads, seq, head_dim, dtype)
+    grad_out = torch.randn(batch, heads, seq, head_dim, device=DEVICE, dtype=dtype)
+    results = []
+    for skip in (True, False):
+        out = flash_attention(q, k, v, doc_ids, skip_masked_blocks=skip)
+        results.append((out,) + torch.autograd.grad(out, (q, k, v), grad_out))
+    for got, want in zip(*results):
+        assert _rel(got, want) < TOLERANCE[dtype] / 4
+
+
+def test_runs_of_equal_ids_are_documents():
+    """Ids that come back to an earlier value start a new document (a run), as document_bounds says."""
+    seq = 40
+    ids = torch.tensor([[0] * 10 + [1] * 10 + [0] * 10 + [2] * 10])
+    start, end = document_bounds(ids)
+    assert start[0, 25].item() == 20 and end[0, 25].item() == 30
+    q, k, v = _inputs(1, 2, 2, seq, 16, torch.float32)
+    _check_against_reference(q, k, v, ids.to(DEVICE), True, TOLERANCE[torch.float32])
+
+
+def test_document_bounds_cache_follows_the_tensor():
+    ids = torch.tensor([[0, 0, 1, 1, 1, 2]])
+    first = cached_document_bounds(ids)
+    assert cached_document_bounds(ids) is first
+    ids[0, 1] = 1  # an in-place edit bumps the version: the bounds are recomputed
+    start, end = cached_document_bounds(ids)
+    assert start.tolist() == [[0, 1, 1, 1, 1, 5]] and end.tolist() == [[1, 5, 5, 5, 5, 6]]
+    assert cached_document_bounds(ids.clone())[0] is not start
+
+
+def test_softmax_scale_is_applied():
+    q, k, v = _inputs(1, 2, 1, 33, 16, torch.float32)
+    out = flash_attention(q, k, v, softmax_scale=0.37)
+    ref = attention_reference(q.float(), k.float(), v.float(), softmax_scale=0.37)
+    assert _rel(out, ref) < TOLERANCE[torch.float32]
+
+
+def test_output_merges_heads_without_copy():
+    q, k, v = _inputs(2, 2, 2, 20, 16, torch.float32)
+    out = flash_attention(q, k, v)
+    assert out.transpose(1, 2).is_contiguous()
+
+
+# ---------------------------------------------------------------------------------------------- errors
+def _qkv(heads=2, kv_heads=2, seq=16, dim=16, dtype=torch.float32):
+    return (torch.randn(1, heads, seq, dim, device=DEVICE, dtype=dtype),
+            torch.randn(1, kv_heads, seq, dim, device=DEVICE, dtype=dtype),
+            torch.randn(1, kv_heads, seq, dim, device=DEVICE, dtype=dtype))
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: (*_qkv(dtype=torch.float64), None), "dtype torch.float64"),
+        (lambda: (_qkv()[0][0], *_qkv()[1:], None), "must have shape"),
+        (lambda: (*_qkv(heads=3, kv_heads=2), None), "not a multiple"),
+        (lambda: (*_qkv(dim=24), None), "head_dim 24"),
+        (lambda: (_qkv()[0].half(), *_qkv()[1:], None), "share one dtype"),
+        (lambda: (_qkv()[0], _qkv(seq=17)[1], _qkv()[2], None), "same shape"),
+        (lambda: (_qkv()[0], _qkv(seq=17)[1], _qkv(seq=17)[2], None), "does not match"),
+        (lambda: (_qkv()[0].transpose(2, 3), *_qkv()[1:], None), "unit stride"),
+        (lambda: (*_qkv(), torch.zeros(1, 15, dtype=torch.int64, device=DEVICE)), "doc_ids must have shape"),
+        (lambda: (*_qkv(), torch.zeros(1, 16, device=DEVICE)), "doc_ids must be int32 or int64"),
+        (lambda: (*_qkv(), torch.zeros(1, 16, dtype=torch.int64, device="meta")), "doc_ids is on meta"),
+    ],
+)
+def test_bad_inputs_raise(make, message):
+    q, k, v, doc_ids = make()
+    with pytest.raises(KernelInputError, match=message):
+        flash_attention(q, k, v, doc_ids)
+
+
+def test_cpu_tensors_need_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q, k, v = (torch.randn(1, 2, 16, 16) for _ in range(3))
+    with pytest.raises(KernelInputError, match="TRITON_INTERPRET=1"):
+        flash_attention(q, k, v)

@@ -1,0 +1,19 @@
+"""Every kernel builds for sm_90 with the launchers' configs, checked on the CPU (no GPU needed).
+
+The interpreter used by the other CPU tests skips the compiler, so this is what catches build errors
+(loop-carried types, layouts, shared memory) before a GPU run does.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+def test_all_kernels_compile_for_hopper():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "proxycomp.kernels.compile_check"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert proc.stdout.count("built ") == 14, proc.stdout
