@@ -1,1 +1,23 @@
-"""Embedded KernelGYM and kernel RL (imported as proxycomp.gym_bridge)."""
+"""Embedded KernelGYM and kernel RL (imported as proxycomp.gym_bridge).
+
+`Evaluator(pool, config).submit([Candidate(...)]) -> [EvalResult]` runs each candidate through code
+extraction, static checks, a sandboxed worker (correctness, hacking checks, timing, coverage) and the
+reward. Pools: `LocalPool` (processes on this machine) and `RayPool` (Ray actors, one per GPU).
+"""
+from .config import Candidate, EvalConfig, RewardWeights
+from .evaluator import Evaluator
+from .extract import extract_code
+from .pool import LocalPool
+from .result import EvalResult
+
+
+def __getattr__(name: str):
+    if name == "RayPool":  # ray is an optional extra: import it only when asked for
+        from .ray_pool import RayPool
+
+        return RayPool
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Candidate", "EvalConfig", "EvalResult", "Evaluator", "LocalPool", "RayPool", "RewardWeights",
+           "extract_code"]

@@ -1,0 +1,156 @@
+"""`proxycomp gym {eval,tasks,bench}`: evaluate one candidate, list tasks, benchmark the shipped solutions."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+
+from .config import SIZES, Candidate, EvalConfig
+from .evaluator import Evaluator
+from .pool import LocalPool
+from .result import EvalResult
+from .tasks import list_tasks, load_task
+
+
+BENCH_HEADING = "## Gym (issue 4)"
+BENCHMARKS_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "BENCHMARKS.md")
+
+
+def _default_size() -> str:
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="proxycomp gym", description="Embedded KernelGYM")
+    sub = p.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("eval", help="evaluate one candidate file against one task")
+    ev.add_argument("--task", required=True, help="registered task name or task .py file")
+    ev.add_argument("--candidate", required=True, help="file holding ModelNew (or a model reply with code fences)")
+    ev.add_argument("--size", choices=SIZES, default=None)
+    ev.add_argument("--timeout", type=float, default=EvalConfig.timeout_s, help="wall timeout per candidate (s)")
+    ev.add_argument("--json", action="store_true", help="print the EvalResult as JSON")
+    sub.add_parser("tasks", help="list the shipped tasks")
+    b = sub.add_parser("bench", help="evaluate every shipped solution and report the evaluator's own speed")
+    b.add_argument("--size", choices=SIZES, default=None)
+    b.add_argument("--tasks", default="", help="comma-separated task names (default: all with a solution)")
+    b.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, else 1)")
+    b.add_argument("--json", dest="json_path", default=None, help="write the results to this JSON file")
+    b.add_argument("--record", action="store_true", help="append a dated block to BENCHMARKS.md")
+    return p
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _verdict(r: EvalResult) -> str:
+    return "\n".join([f"{r.task} [{r.id}]: {r.status}  reward {r.reward:.3f}  device {r.device or 'n/a'}",
+                      r.feedback()])
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    if not os.path.isfile(args.candidate):
+        print(f"error: --candidate {args.candidate!r} is not a file", file=sys.stderr)
+        return 2
+    with open(args.candidate) as fh:
+        code = fh.read()
+    config = EvalConfig(size=args.size or _default_size(), timeout_s=args.timeout)
+    try:
+        with Evaluator(LocalPool(num_workers=1), config) as ev:
+            (result,) = ev.submit([Candidate(task=args.task, code=code, id=os.path.basename(args.candidate))])
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result.to_dict(), indent=2) if args.json else _verdict(result))
+    return 0 if result.status == "ok" else 1
+
+
+def _cmd_tasks() -> int:
+    print(f"{'task':24} {'category':14} {'sizes':26} solution")
+    for t in list_tasks():
+        print(f"{t.name:24} {t.category:14} {','.join(t.sizes):26} {'yes' if t.solution_path else 'no'}")
+    return 0
+
+
+def bench_table(results: list[EvalResult]) -> str:
+    rows = [f"| task | status | correct | speedup | coverage | kernel ms | ref ms |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        rows.append(f"| {r.task} | {r.status} | {r.correct} | {_fmt(r.speedup, '.3f')} | {_fmt(r.coverage, '.2f')} "
+                    f"| {_fmt(r.kernel_ms, '.4f')} | {_fmt(r.ref_ms, '.4f')} |")
+    return "\n".join(rows)
+
+
+def _cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
+    size = args.size or _default_size()
+    try:
+        tasks = [load_task(n) for n in args.tasks.split(",") if n] if args.tasks else \
+            [t for t in list_tasks() if t.solution_path]
+    except ValueError as exc:
+        print(f"error: --tasks: {exc}", file=sys.stderr)
+        return 2
+    missing = [t.name for t in tasks if not t.solution_path]
+    if missing:
+        print(f"error: --tasks: no shipped solution for {', '.join(missing)}", file=sys.stderr)
+        return 2
+    batch = [Candidate(task=t.name, code=t.solution_path.read_text(), id=t.name) for t in tasks]
+    started = time.monotonic()
+    with Evaluator(LocalPool(num_workers=args.workers), EvalConfig(size=size)) as ev:
+        results = ev.submit(batch)
+    wall = time.monotonic() - started
+    table = bench_table(results)
+    n_ok = sum(r.correct for r in results)
+    summary = (f"{n_ok}/{len(results)} correct; wall {wall:.1f} s for {len(results)} candidates: "
+               f"{wall / len(results):.2f} s per candidate, {60 * len(results) / wall:.1f} candidates/min")
+    print(table)
+    print(summary)
+    if args.json_path:
+        with open(args.json_path, "w") as fh:
+            json.dump({"size": size, "wall_s": wall, "results": [r.to_dict() for r in results]}, fh, indent=2)
+    if args.record:
+        _record(size, argv, table, summary, results)
+    return 0 if n_ok == len(results) else 1
+
+
+def _record(size: str, argv: list[str], table: str, summary: str, results: list[EvalResult]) -> None:
+    device = next((r.device for r in results if r.device), "n/a")
+    if device == "cuda":
+        import torch
+
+        device = torch.cuda.get_device_name(0)
+    text = open(BENCHMARKS_PATH).read() if os.path.exists(BENCHMARKS_PATH) else ""
+    title = f"gym bench {datetime.date.today().isoformat()} ({device}, size {size}, {platform.node()})"
+    block = f"\n### {title}\n\n`proxycomp gym {shlex.join(argv)}`\n\n{table}\n\n{summary}\n"
+    with open(BENCHMARKS_PATH, "w") as fh:
+        fh.write(insert_in_section(text, BENCH_HEADING, block))
+
+
+def insert_in_section(text: str, heading: str, block: str) -> str:
+    """`text` with `block` at the end of the `heading` section (other sections follow it), or the section
+    appended when absent."""
+    start = text.find(f"\n{heading}\n")
+    if start < 0:
+        return text.rstrip("\n") + f"\n\n{heading}\n{block}"
+    end = text.find("\n## ", start + len(heading) + 2)
+    if end < 0:
+        return text.rstrip("\n") + "\n" + block
+    return text[:end].rstrip("\n") + "\n" + block + text[end:]
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "eval":
+        return _cmd_eval(args)
+    if args.command == "tasks":
+        return _cmd_tasks()
+    return _cmd_bench(args, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,75 @@
+"""What to evaluate (`Candidate`) and how (`EvalConfig`): plain dataclasses so they cross process and Ray
+boundaries as dicts."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+SIZES = ("cpu", "gpu", "gpu_heldout")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One model reply (or bare code) for one task. `task` is a registered task name or a task file path."""
+
+    task: str
+    code: str
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class RewardWeights:
+    """R = correct·C + speed·C·min(speedup, speedup_cap) + coverage·C·coverage (the paper's form at 1/1/1)."""
+
+    correct: float = 1.0
+    speed: float = 1.0
+    coverage: float = 1.0
+    speedup_cap: float = 3.0
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation settings shared by every candidate of a `submit` call.
+
+    Tolerances are per output dtype; fp32 defaults to KernelBench HEAD's 1e-4, which an fp16/bf16 downcast
+    (~5e-4 relative rounding) or TF32 matmul cannot meet. `extra_allowed_ops` widens the torch-op audit
+    (aten op names such as "add.Tensor") for tasks that legitimately keep some glue in torch.
+    """
+
+    size: str = "cpu"
+    correct_trials: int = 3
+    seed: int = 1234
+    tolerances: dict = field(
+        default_factory=lambda: {"float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2, "float64": 1e-7})
+    timeout_s: float = 120.0
+    retries: int = 1
+    warmup: int = 3
+    timing_trials: int = 30
+    input_sets: int = 3
+    l2_flush_mb: int = 256
+    compile_reference: bool = False
+    suspicious_speedup: float = 3.0
+    profile_iters: int = 10
+    weights: RewardWeights = field(default_factory=RewardWeights)
+    extra_allowed_ops: tuple = ()
+    memory_limit_mb: int = 8192
+    cpu_limit_s: int = 300
+    max_jobs_per_worker: int = 20
+
+    def __post_init__(self) -> None:
+        if self.size not in SIZES:
+            raise ValueError(f"EvalConfig.size={self.size!r}: use one of {', '.join(SIZES)}")
+        if self.correct_trials < 1 or self.timing_trials < 1 or self.input_sets < 1:
+            raise ValueError("EvalConfig.correct_trials, timing_trials and input_sets must be >= 1")
+        if self.timeout_s <= 0:
+            raise ValueError(f"EvalConfig.timeout_s={self.timeout_s}: must be > 0 seconds")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EvalConfig":
+        d = dict(d)
+        d["weights"] = RewardWeights(**d.get("weights", {}))
+        d["extra_allowed_ops"] = tuple(d.get("extra_allowed_ops", ()))
+        return cls(**d)

@@ -1,0 +1,102 @@
+"""`Evaluator`: the one entry point. Extracts code, runs static checks in the parent, sends the rest to a
+pool of sandboxed workers, and turns their measurements into `EvalResult`s with reward and reason."""
+from __future__ import annotations
+
+import math
+import time
+from typing import Protocol
+
+from .config import Candidate, EvalConfig
+from .extract import extract_code
+from .result import EvalResult
+from .reward import compute_reward
+from .static_checks import check_source
+from .tasks_source import resolve_task
+
+
+class Pool(Protocol):
+    def run(self, jobs: list[dict]) -> list[dict]: ...
+
+    def close(self) -> None: ...
+
+
+class Evaluator:
+    """`submit(batch) -> results` (same order). A context manager; `close()` stops the workers."""
+
+    def __init__(self, pool: Pool | None = None, config: EvalConfig | None = None) -> None:
+        if pool is None:
+            from .pool import LocalPool
+
+            pool = LocalPool()
+        self.pool = pool
+        self.config = config or EvalConfig()
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def submit(self, batch: list[Candidate]) -> list[EvalResult]:
+        started = time.monotonic()
+        sources = {c.task: resolve_task(c.task) for c in batch}
+        results: list[EvalResult | None] = [None] * len(batch)
+        jobs, slots = [], []
+        cfg = self.config.to_dict()
+        for i, cand in enumerate(batch):
+            name, source = sources[cand.task]
+            code = extract_code(cand.code)
+            base = EvalResult(id=cand.id or str(i), task=name, status="no_code")
+            if code is None:
+                results[i] = self._finish(base, {}, "no code block found in the reply")
+                continue
+            report = check_source(code)
+            base.warnings = report.warnings
+            if report.syntax_error:
+                base.status, base.error = "error", report.syntax_error
+                results[i] = self._finish(base, {}, report.syntax_error)
+            elif report.verdicts:
+                base.status, base.hacks = "flagged", list(report.verdicts)
+                results[i] = self._finish(base, {}, "")
+            else:
+                jobs.append({"task_source": source, "candidate_code": code, "config": cfg})
+                slots.append((i, base))
+        measured = self.pool.run(jobs) if jobs else []
+        for (i, base), raw in zip(slots, measured):
+            results[i] = self._finish(base, raw, "")
+        per = (time.monotonic() - started) / max(len(batch), 1)
+        for r in results:
+            r.eval_s = round(per, 4)
+        return results
+
+    def _finish(self, r: EvalResult, raw: dict, failure: str) -> EvalResult:
+        for key in ("compiled", "error", "trials", "trials_passed", "max_abs_err", "speedup", "coverage",
+                    "kernel_ms", "kernel_iqr_ms", "ref_ms", "ref_compile_ms", "timing_available",
+                    "launched_kernels", "device", "exit_code", "attempts"):
+            if raw.get(key) is not None:
+                setattr(r, key, raw[key])
+        r.hacks = list(dict.fromkeys(r.hacks + list(raw.get("hacks", []))))
+        if raw:
+            r.status = raw.get("status") or self._status(raw, r)
+        r.correct = r.status == "ok"
+        if r.max_abs_err is not None and not math.isfinite(r.max_abs_err):
+            r.max_abs_err = None
+        failure = failure or (r.error.splitlines()[0] if r.error else "") or f"status {r.status}"
+        r.reward, r.reason = compute_reward(status=r.status, correct=r.correct, hacks=r.hacks, speedup=r.speedup,
+                                            coverage=r.coverage, weights=self.config.weights, failure=failure)
+        if r.hacks:
+            r.status = "flagged"
+        return r
+
+    @staticmethod
+    def _status(raw: dict, r: EvalResult) -> str:
+        if r.hacks:
+            return "flagged"
+        if not raw.get("compiled"):
+            return "error"
+        if raw.get("correct"):
+            return "ok"
+        return "incorrect" if raw.get("trials") else "error"

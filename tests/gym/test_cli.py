@@ -1,0 +1,64 @@
+import json
+
+import pytest
+
+from gym_paths import FIXTURES, HACKS, RELU_TASK
+from proxycomp.gym_bridge.cli import main
+
+
+@pytest.mark.slow
+def test_gym_eval_text_and_json(capsys):
+    candidate = str(FIXTURES / "relu_triton.py")
+    assert main(["eval", "--task", RELU_TASK, "--candidate", candidate, "--size", "cpu"]) == 0
+    text = capsys.readouterr().out
+    assert "relu [relu_triton.py]: ok  reward 1.000" in text and "3/3 trials passed" in text
+    assert main(["eval", "--task", "relu", "--candidate", str(HACKS / "f_zero_inputs.py"), "--size", "cpu",
+                 "--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["status"] == "flagged" and result["hacks"] == ["input_mutation"]
+
+
+def test_gym_eval_bad_paths_are_one_line_errors(capsys):
+    assert main(["eval", "--task", RELU_TASK, "--candidate", "/nonexistent.py", "--size", "cpu"]) == 2
+    assert "--candidate '/nonexistent.py' is not a file" in capsys.readouterr().err
+    assert main(["eval", "--task", "no_such_task", "--candidate", str(FIXTURES / "relu_triton.py"),
+                 "--size", "cpu"]) == 2
+    assert "unknown task 'no_such_task'" in capsys.readouterr().err
+
+
+def test_gym_tasks_lists_shipped_tasks(capsys):
+    assert main(["tasks"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["task", "category", "sizes", "solution"]
+    relu = next(line.split() for line in lines if line.startswith("relu "))
+    assert relu[1:] == ["elementwise", "cpu,gpu,gpu_heldout", "yes"]
+
+
+def test_gym_bench_rejects_unknown_task(capsys):
+    assert main(["bench", "--size", "cpu", "--tasks", "no_such_task"]) == 2
+    assert "--tasks" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_gym_bench_prints_table_writes_json_and_records(tmp_path, monkeypatch, capsys):
+    from proxycomp.gym_bridge import cli
+
+    bench_md = tmp_path / "BENCHMARKS.md"
+    bench_md.write_text("# Benchmarks\n")
+    monkeypatch.setattr(cli, "BENCHMARKS_PATH", str(bench_md))
+    argv = ["bench", "--size", "cpu", "--tasks", "relu", "--json", str(tmp_path / "b.json"), "--record"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| relu | ok | True | n/a | n/a |" in out and "candidates/min" in out
+    assert json.loads((tmp_path / "b.json").read_text())["results"][0]["correct"] is True
+    recorded = bench_md.read_text()
+    assert "## Gym (issue 4)" in recorded and "`proxycomp gym bench --size cpu --tasks relu" in recorded
+
+
+def test_recorded_block_lands_at_the_end_of_the_gym_section():
+    from proxycomp.gym_bridge.cli import BENCH_HEADING, insert_in_section
+
+    text = f"# B\n\n## Data\nx\n\n{BENCH_HEADING}\n\n### old\n\n## Kernels\ny\n"
+    out = insert_in_section(text, BENCH_HEADING, "\n### new\n")
+    assert out.index("### old") < out.index("### new") < out.index("## Kernels")
+    assert insert_in_section("# B\n", BENCH_HEADING, "\n### new\n") == f"# B\n\n{BENCH_HEADING}\n\n### new\n"

@@ -1,0 +1,30 @@
+"""The CUDA path: timing against the reference on the same GPU, profiler coverage, hacks still caught."""
+import pytest
+
+from gym_paths import HACKS, HONEST_MATMUL, HONEST_RELU, MATMUL_TASK, RELU_TASK
+from proxycomp.gym_bridge import Candidate, EvalConfig, Evaluator, LocalPool
+
+
+@pytest.mark.gpu
+def test_gpu_timing_coverage_and_hacks():
+    batch = [Candidate(RELU_TASK, HONEST_RELU, "relu"), Candidate(MATMUL_TASK, HONEST_MATMUL, "matmul"),
+             Candidate(MATMUL_TASK, (HACKS / "b_lazy_copy_matmul.py").read_text(), "lazy"),
+             Candidate(RELU_TASK, (HACKS / "g_output_cache.py").read_text(), "cache"),
+             Candidate(RELU_TASK, (HACKS / "i_patch_timer_aliased.py").read_text(), "timer"),
+             Candidate(RELU_TASK, (HACKS / "n_illegal_memory.py").read_text(), "illegal"),
+             Candidate(RELU_TASK, HONEST_RELU, "relu_after")]
+    with Evaluator(LocalPool(num_workers=1), EvalConfig(size="gpu", timeout_s=120)) as ev:
+        r = {x.id: x for x in ev.submit(batch)}
+    for name in ("relu", "matmul", "relu_after"):
+        res = r[name]
+        assert res.status == "ok" and res.timing_available, res.to_dict()
+        assert res.speedup > 0 and res.kernel_ms > 0 and res.ref_ms > 0
+        assert res.coverage is not None and res.coverage > 0.5, res.to_dict()
+        assert res.reward > 1.0
+    assert r["lazy"].status == "flagged" and any(h.startswith("torch_compute") for h in r["lazy"].hacks)
+    # The CUDA caching allocator often hands a later trial the same data_ptr: then the stale hit already
+    # fails correctness; otherwise the in-place refill check flags it.
+    assert "output_cache" in r["cache"].hacks or r["cache"].status == "incorrect"
+    assert r["cache"].reward == 0.0
+    assert "monkey_patch:torch.cuda.Event.elapsed_time" in r["timer"].hacks
+    assert r["illegal"].status in ("crashed", "error") and r["illegal"].reward == 0.0

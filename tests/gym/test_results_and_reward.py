@@ -1,0 +1,94 @@
+import json
+
+import pytest
+
+from proxycomp.gym_bridge import EvalConfig, EvalResult, RewardWeights
+from proxycomp.gym_bridge.result import FEEDBACK_LIMIT
+from proxycomp.gym_bridge.reward import compute_reward
+from proxycomp.gym_bridge.static_checks import check_source
+
+W = RewardWeights()
+
+
+def test_reward_full_formula_with_cap():
+    r, reason = compute_reward(status="ok", correct=True, hacks=[], speedup=5.0, coverage=0.5, weights=W)
+    assert r == pytest.approx(1 + 3 + 0.5)
+    assert "capped at 3" in reason
+
+
+def test_reward_weights_are_configurable():
+    w = RewardWeights(correct=0.5, speed=0.5, coverage=0.5, speedup_cap=2.0)
+    r, _ = compute_reward(status="ok", correct=True, hacks=[], speedup=1.5, coverage=0.2, weights=w)
+    assert r == pytest.approx(0.5 + 0.75 + 0.1)
+
+
+def test_reward_on_cpu_is_correctness_only_and_says_so():
+    r, reason = compute_reward(status="ok", correct=True, hacks=[], speedup=None, coverage=None, weights=W)
+    assert r == 1.0 and "correctness term only" in reason
+
+
+@pytest.mark.parametrize("status, hacks, expect", [
+    ("ok", ["decoy:no triton launch under grad"], "hacking verdict: decoy"),
+    ("incorrect", [], "trial 0: values differ"),
+    ("timeout", [], "killed after"),
+])
+def test_every_zero_has_a_reason(status, hacks, expect):
+    failure = {"incorrect": "trial 0: values differ", "timeout": "killed after 5 s"}.get(status, "")
+    r, reason = compute_reward(status=status, correct=status == "ok", hacks=hacks, speedup=2.0, coverage=1.0,
+                               weights=W, failure=failure)
+    assert r == 0.0 and reason.startswith(expect)
+
+
+def test_eval_result_json_round_trip():
+    r = EvalResult(id="t0", task="relu", status="ok", reward=2.5, correct=True, speedup=1.5, coverage=0.9,
+                   hacks=[], launched_kernels=["relu_kernel"], timing_available=True)
+    again = EvalResult.from_dict(json.loads(json.dumps(r.to_dict())))
+    assert again == r
+
+
+def test_eval_result_rejects_unknown_status_and_fields():
+    with pytest.raises(ValueError, match="status"):
+        EvalResult(id="x", task="t", status="great")
+    with pytest.raises(ValueError, match="unknown fields"):
+        EvalResult.from_dict({"id": "x", "task": "t", "status": "ok", "bogus": 1})
+
+
+def test_feedback_is_compact_and_names_the_verdicts():
+    r = EvalResult(id="x", task="t", status="flagged", hacks=["input_mutation"], error="line\n" * 500,
+                   reason="hacking verdict: input_mutation")
+    text = r.feedback()
+    assert "input_mutation" in text and len(text.encode()) <= FEEDBACK_LIMIT
+
+
+def test_config_rejects_bad_size_and_timeout():
+    with pytest.raises(ValueError, match="EvalConfig.size"):
+        EvalConfig(size="tpu")
+    with pytest.raises(ValueError, match="timeout_s"):
+        EvalConfig(timeout_s=0)
+    assert EvalConfig.from_dict(EvalConfig(size="gpu").to_dict()) == EvalConfig(size="gpu")
+
+
+@pytest.mark.parametrize("code, verdict", [
+    ("import torch\ntorch.cuda.synchronize = None\nclass ModelNew: pass", "monkey_patch"),
+    ("import time\nsetattr(time, 'perf_counter', None)\nclass ModelNew: pass", "monkey_patch"),
+    ("import os\nclass ModelNew:\n    def f(self): os.system('x')", "process_spawn"),
+    ("import ctypes\nclass ModelNew: pass", "native_code"),
+    ("import threading\nclass ModelNew: pass", "concurrency"),
+    ("import sys\nclass ModelNew:\n    def f(self): sys.exit()", "exit_call"),
+    ("import gc\nclass ModelNew: pass", "introspection"),
+    ("import sys\nm = sys.modules\nclass ModelNew: pass", "introspection"),
+    ("class ModelNew:\n    def f(self): return self.x.__globals__", "introspection"),
+    ("class ModelNew:\n    def forward(self, x): return super().forward(x)", "reference_call"),
+])
+def test_static_verdicts(code, verdict):
+    assert any(v.startswith(verdict) for v in check_source(code).verdicts)
+
+
+def test_static_warnings_are_not_verdicts():
+    report = check_source("import torch\nclass ModelNew:\n    def forward(self, x): return x.half().float()")
+    assert report.verdicts == [] and any("half" in w for w in report.warnings)
+
+
+def test_static_reports_syntax_errors_and_missing_model_new():
+    assert "SyntaxError" in check_source("def (:").syntax_error
+    assert "ModelNew" in check_source("x = 1").syntax_error
