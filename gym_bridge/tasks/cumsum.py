@@ -3,6 +3,9 @@ import torch
 import torch.nn as nn
 
 CATEGORY = "scan"
+# fp32 prefix sums of tens of thousands of terms differ from torch's by ~1e-4 where the running sum crosses
+# zero (summation order); 1e-3 still fails any fp16/bf16 shortcut.
+TOLERANCES = {"float32": 1e-3}
 SIZES = {
     "cpu": dict(batch=8, length=2000),
     "gpu": dict(batch=4096, length=8192),
