@@ -1,0 +1,159 @@
+"""Batched sampling with a KV cache, and the `proxycomp generate` command (raw bytes in, raw bytes out).
+
+Prompts of different lengths are left-padded; the padding is its own document, so no real symbol
+attends to it, and positions count from each prompt's first real symbol. Decoding stops per row at
+the first stop id. The log-probability of each drawn symbol is returned under softmax(logits / T),
+before top-k/top-p truncation: that is the sampling policy's own probability, which RL needs.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from proxycomp.model import KVCache, Transformer
+from proxycomp.vocab import EOS, PAD, RAW_OFFSET, SENTINELS, is_raw_byte, raw_prompt
+
+DEFAULT_STOP_IDS = (EOS, SENTINELS["raw"][1])
+
+
+@dataclass
+class Generation:
+    ids: list[list[int]]  # new symbols per prompt, ending with the stop id when one was drawn
+    logprobs: list[list[float]]  # log-probability of each of those symbols
+
+
+def _truncate(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """Set to -inf every logit outside the top-k and outside the smallest set with mass >= top_p."""
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # Drop a symbol when the mass before it already reaches top_p; the most likely one always stays.
+        drop_sorted = probs.cumsum(-1) - probs >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def _draw(
+    logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next symbols (B,) and their log-probabilities; temperature 0 means greedy (log-probs at T = 1)."""
+    logits = logits.float()
+    if temperature == 0:
+        ids = logits.argmax(-1)
+        return ids, F.log_softmax(logits, -1).gather(-1, ids[:, None])[:, 0]
+    scaled = logits / temperature
+    probs = _truncate(scaled, top_k, top_p).softmax(-1)
+    ids = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return ids, F.log_softmax(scaled, -1).gather(-1, ids[:, None])[:, 0]
+
+
+@torch.no_grad()
+def generate(
+    model: Transformer,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    stop_ids: Sequence[int] = DEFAULT_STOP_IDS,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Generation:
+    """Continue each prompt (a list of symbol ids) by up to `max_new_tokens` symbols."""
+    vocab_size = model.config.vocab_size
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("generate needs at least one prompt and no empty prompt")
+    if any(not 0 <= i < vocab_size for p in prompts for i in p):
+        raise ValueError(f"prompt ids must lie in [0, {vocab_size})")
+    if max_new_tokens < 0 or temperature < 0:
+        raise ValueError(f"max_new_tokens and temperature must be >= 0, got {max_new_tokens} and {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
+    param = next(model.parameters())
+    device = param.device
+    if generator is None and seed is not None:
+        generator = torch.Generator(device=device).manual_seed(seed)
+
+    batch, width = len(prompts), max(len(p) for p in prompts)
+    lengths = torch.tensor([len(p) for p in prompts], device=device)
+    tokens = torch.full((batch, width), PAD, dtype=torch.long, device=device)
+    for row, prompt in enumerate(prompts):
+        tokens[row, width - len(prompt):] = torch.tensor(list(prompt), device=device)
+    pad = (width - lengths)[:, None]
+    columns = torch.arange(width, device=device)[None, :]
+    doc_ids = (columns >= pad).long()  # 0: left padding, 1: the prompt and its continuation
+    positions = (columns - pad).clamp(min=0)
+
+    was_training = model.training
+    model.eval()
+    cache = KVCache(model.config, batch, width + max_new_tokens, device, param.dtype)
+    logits = model(tokens, positions, doc_ids, cache=cache)[:, -1]
+    stops = torch.tensor(list(stop_ids), device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    new_ids, new_logprobs, finished_at = [], [], torch.full((batch,), max_new_tokens, device=device)
+    for step in range(max_new_tokens):
+        ids, logprobs = _draw(logits, temperature, top_k, top_p, generator)
+        new_ids.append(ids)
+        new_logprobs.append(logprobs)
+        hit = torch.isin(ids, stops) & ~done
+        finished_at[hit] = step + 1
+        done |= hit
+        if bool(done.all()) or step == max_new_tokens - 1:
+            break
+        logits = model(ids[:, None], (lengths + step)[:, None], torch.ones_like(ids)[:, None], cache=cache)[:, -1]
+    model.train(was_training)
+
+    if not new_ids:
+        return Generation([[] for _ in prompts], [[] for _ in prompts])
+    ids_all = torch.stack(new_ids, 1).tolist()
+    logprobs_all = torch.stack(new_logprobs, 1).tolist()
+    ends = finished_at.tolist()
+    return Generation([r[:n] for r, n in zip(ids_all, ends)], [r[:n] for r, n in zip(logprobs_all, ends)])
+
+
+def raw_bytes(ids: Sequence[int]) -> bytes:
+    """The raw bytes a generation spells, up to its first symbol that is not a raw byte."""
+    out = bytearray()
+    for i in ids:
+        if not is_raw_byte(i):
+            break
+        out.append(i - RAW_OFFSET)
+    return bytes(out)
+
+
+def main(argv: Sequence[str]) -> int:
+    from proxycomp.checkpoint import load_lm  # Lightning is slow to import; keep it off the library path
+
+    parser = argparse.ArgumentParser(prog="proxycomp generate", description="Continue a raw-byte prompt.")
+    parser.add_argument("--ckpt", required=True, help="a .ckpt written by `proxycomp fit`")
+    parser.add_argument("--prompt", required=True, help="text prompt; encoded as UTF-8 after <bos><raw>")
+    parser.add_argument("--max-bytes", type=int, default=256, help="most new bytes (default 256)")
+    parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=0.95)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args(argv)
+    if args.max_bytes < 0 or args.temperature < 0:
+        parser.error("--max-bytes and --temperature must be >= 0")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        parser.error("--top-p must lie in (0, 1]")
+    if args.top_k is not None and args.top_k < 1:
+        parser.error("--top-k must be >= 1")
+
+    model = load_lm(args.ckpt, map_location=args.device).model
+    prompt = args.prompt.encode("utf-8")
+    out = generate(model, [raw_prompt(prompt)], args.max_bytes, args.temperature, args.top_k, args.top_p, seed=args.seed)
+    sys.stdout.write((prompt + raw_bytes(out.ids[0])).decode("utf-8", errors="replace") + "\n")
+    return 0

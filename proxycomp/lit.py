@@ -1,0 +1,151 @@
+"""`ProxyLM`: the LightningModule that trains the transformer on packed, mixed-view batches.
+
+Training loss is plain next-symbol cross-entropy over every target (raw, compressed, sentinels), as
+in the paper's code; it is also logged per vocabulary range so the views can be told apart.
+Validation reads the raw view only and reports bits per raw byte. The vocabulary layout is a
+hyper-parameter, so a checkpoint alone is enough to generate from or evaluate.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import lightning as L
+import torch
+
+from proxycomp.evaluate import IGNORE, LN2, byte_nats, symbol_nats
+from proxycomp.model import ModelConfig, ModelConfigError, Transformer, flops_per_symbol
+from proxycomp.vocab import RAW_OFFSET, RAW_SIZE, Vocabulary
+
+
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
+    """LR multiplier: linear warmup to 1, then cosine down to min_lr_ratio at total_steps."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def range_groups(vocabulary: Vocabulary, vocab_size: int) -> tuple[list[str], torch.Tensor]:
+    """Names of the loss groups (specials, raw, each compressed view) and each id's group index."""
+    names = ["special", "raw"]
+    group = torch.zeros(vocab_size, dtype=torch.long)
+    group[RAW_OFFSET:RAW_OFFSET + RAW_SIZE] = 1
+    for view in vocabulary.views[1:]:
+        ids = vocabulary.range(view)
+        group[ids.start:ids.stop] = len(names)
+        names.append(view)
+    return names, group
+
+
+class ProxyLM(L.LightningModule):
+    def __init__(
+        self,
+        vocab_size: int = 320,
+        d_model: int = 512,
+        n_layers: int = 8,
+        n_heads: int = 8,
+        n_kv_heads: int | None = None,
+        ffn_hidden: int | None = None,
+        max_seq_len: int = 2048,
+        rope_theta: float = 1e5,
+        norm_eps: float = 1e-5,
+        tie_embeddings: bool = False,
+        attn_backend: str = "sdpa",
+        embed_backend: str = "torch",
+        compile: bool = False,
+        lr: float = 1.5e-3,
+        betas: tuple[float, float] = (0.9, 0.95),
+        eps: float = 1e-15,
+        weight_decay: float = 0.1,
+        warmup_steps: int = 100,
+        min_lr_ratio: float = 0.1,
+        vocabulary: dict | None = None,
+    ) -> None:
+        """Model hyper-parameters (see `ModelConfig`), AdamW settings (the paper's code: betas (0.9, 0.95),
+        eps 1e-15, weight decay 0.1 on matrices only) and a linear-warmup cosine schedule down to
+        min_lr_ratio·lr. `vocabulary` is `Vocabulary.to_dict()`, linked from the data module by the CLI.
+        `compile` wraps the model in torch.compile (GPU runs)."""
+        super().__init__()
+        self.save_hyperparameters()
+        self.vocabulary = Vocabulary.from_dict(vocabulary or {})
+        if vocab_size < self.vocabulary.size:
+            raise ModelConfigError(
+                f"model.vocab_size ({vocab_size}) is smaller than the vocabulary ({self.vocabulary.size} ids); "
+                "let the CLI link it from data.vocab_size"
+            )
+        if warmup_steps < 0 or not 0 <= min_lr_ratio <= 1 or lr <= 0:
+            raise ModelConfigError("need model.lr > 0, model.warmup_steps >= 0 and 0 <= model.min_lr_ratio <= 1")
+        self.config = ModelConfig(
+            vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+            ffn_hidden=ffn_hidden, max_seq_len=max_seq_len, rope_theta=rope_theta, norm_eps=norm_eps,
+            tie_embeddings=tie_embeddings, attn_backend=attn_backend, embed_backend=embed_backend,
+        )
+        self.model = Transformer(self.config)
+        if compile:
+            self.model.compile()
+        self.group_names, group_of_id = range_groups(self.vocabulary, vocab_size)
+        self.register_buffer("group_of_id", group_of_id, persistent=False)
+        self.flops_per_symbol = flops_per_symbol(self.config, max_seq_len)
+        self._last_step_start: float | None = None
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(batch["input_ids"], batch["positions"], batch["doc_ids"])
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        self._log_throughput(batch["input_ids"].numel())
+        targets = batch["targets"]
+        nats = symbol_nats(self(batch), targets)
+        valid = targets.flatten() != IGNORE
+        loss = nats.sum() / valid.sum().clamp(min=1)
+        self.log("train/loss", loss, prog_bar=True)
+        groups = self.group_of_id[targets.flatten().clamp(min=0)]
+        sums = torch.zeros(len(self.group_names), device=nats.device).index_add_(0, groups[valid], nats[valid])
+        counts = torch.bincount(groups[valid], minlength=len(self.group_names))
+        for name, total, n in zip(self.group_names, sums, counts.tolist()):
+            if n:
+                self.log(f"train/loss_{name}", total / n)
+        return loss
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        targets = batch["targets"]
+        nats = symbol_nats(self(batch), targets)
+        valid = int((targets != IGNORE).sum())
+        if valid:
+            self.log("val/loss", nats.sum() / valid, batch_size=valid, prog_bar=True)
+        byte_sum, n_bytes = byte_nats(nats, targets)
+        n_bytes = int(n_bytes)
+        if n_bytes:
+            # Weighted by the byte count, so the epoch value is total bits / total bytes.
+            self.log("val/bpb", byte_sum / LN2 / n_bytes, batch_size=n_bytes, prog_bar=True)
+
+    def _log_throughput(self, symbols: int) -> None:
+        now = time.perf_counter()
+        if self._last_step_start is not None:
+            rate = symbols / (now - self._last_step_start)
+            self.log("perf/symbols_per_s", rate)
+            self.log("perf/tflops_per_s", rate * self.flops_per_symbol / 1e12)
+            self.log("perf/flops_per_symbol", float(self.flops_per_symbol))
+        self._last_step_start = now
+
+    def on_train_epoch_start(self) -> None:
+        self._last_step_start = None  # validation and epoch ends are not training time
+
+    def on_validation_start(self) -> None:
+        self._last_step_start = None
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for p in params if p.ndim >= 2], "weight_decay": hp.weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(
+            groups, lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps, fused=self.device.type == "cuda"
+        )
+        total = self.trainer.max_steps if self.trainer.max_steps > 0 else int(self.trainer.estimated_stepping_batches)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: warmup_cosine(step, hp.warmup_steps, total, hp.min_lr_ratio)
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,310 @@
+"""A decoder-only transformer over the shared symbol vocabulary (nanoGPT-sized, read top to bottom).
+
+RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases. Packed windows hold several documents:
+`doc_ids` keeps attention inside a document and `positions` (0 at each document start) drives RoPE,
+so a document sees the same positions whether it starts a window or sits in the middle of one.
+Attention and embedding backends are chosen by name; the Triton ones live in `proxycomp.kernels`.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ATTN_BACKENDS = ("sdpa", "triton", "flash_attn")
+EMBED_BACKENDS = ("torch", "triton")
+
+
+class ModelConfigError(ValueError):
+    """A model hyper-parameter that cannot work; the message names the field."""
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 320
+    d_model: int = 512
+    n_layers: int = 8
+    n_heads: int = 8
+    n_kv_heads: int | None = None  # None: as many as n_heads (plain multi-head attention)
+    ffn_hidden: int | None = None  # None: 8/3 * d_model rounded up to a multiple of 64
+    max_seq_len: int = 2048  # the training context; the default window for evaluation
+    rope_theta: float = 1e5  # EvaByte's value
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+    attn_backend: str = "sdpa"
+    embed_backend: str = "torch"
+
+    def __post_init__(self) -> None:
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.ffn_hidden is None:
+            self.ffn_hidden = 64 * math.ceil(8 * self.d_model / 3 / 64)
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "max_seq_len"):
+            if getattr(self, name) <= 0:
+                raise ModelConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ModelConfigError(f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})")
+        if self.n_heads % self.n_kv_heads:
+            raise ModelConfigError(f"model.n_heads ({self.n_heads}) must be a multiple of model.n_kv_heads ({self.n_kv_heads})")
+        if self.head_dim % 2:
+            raise ModelConfigError(f"RoPE needs an even head size; d_model/n_heads = {self.head_dim}")
+        if self.attn_backend not in ATTN_BACKENDS:
+            raise ModelConfigError(f"unknown model.attn_backend {self.attn_backend!r}; valid: {', '.join(ATTN_BACKENDS)}")
+        if self.embed_backend not in EMBED_BACKENDS:
+            raise ModelConfigError(f"unknown model.embed_backend {self.embed_backend!r}; valid: {', '.join(EMBED_BACKENDS)}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+def matmul_params(config: ModelConfig) -> int:
+    """Parameters that take part in a matmul per symbol: every projection plus the output head."""
+    kv_dim = config.n_kv_heads * config.head_dim
+    attn = 2 * config.d_model * config.d_model + 2 * config.d_model * kv_dim
+    mlp = 3 * config.d_model * config.ffn_hidden
+    return config.n_layers * (attn + mlp) + config.d_model * config.vocab_size
+
+
+def flops_per_symbol(config: ModelConfig, context: int) -> float:
+    """Training FLOPs per symbol (forward + backward) at `context` symbols of attention span.
+
+    6·N for the matmul parameters N (projections and the output head; the embedding lookup is a
+    gather, not a matmul) plus 12·L·d·context for the attention scores and the weighted sum, the
+    PaLM/nanoGPT convention. The attention term counts the full context, ignoring causal and
+    document masking, so the same number is comparable across runs and backends.
+    """
+    return 6 * matmul_params(config) + 12 * config.n_layers * config.d_model * context
+
+
+def _load_kernel(module: str, field: str) -> ModuleType:
+    try:
+        return importlib.import_module(f"proxycomp.kernels.{module}")
+    except ImportError as err:
+        raise ModelConfigError(
+            f"model.{field}='triton' needs proxycomp.kernels.{module}, which failed to import ({err}); "
+            f"use the torch backend instead"
+        ) from err
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalize in fp32: under bf16 autocast the mean of squares loses too much precision.
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+def rope_angles(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of shape (B, T, 1, head_dim/2) for integer positions (B, T)."""
+    inv_freq = theta ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    angles = positions.float()[..., None] * inv_freq
+    return angles.cos()[:, :, None, :], angles.sin()[:, :, None, :]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the two halves of each head (GPT-NeoX layout); x is (B, T, heads, head_dim)."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).type_as(x)
+
+
+def document_mask(q_doc: torch.Tensor, k_doc: torch.Tensor, q_start: int = 0) -> torch.Tensor:
+    """(B, 1, Tq, Tk) boolean: key j is visible to query i if j <= q_start + i and both share a document."""
+    tq, tk = q_doc.shape[1], k_doc.shape[1]
+    q_idx = torch.arange(q_start, q_start + tq, device=q_doc.device)
+    causal = torch.arange(tk, device=q_doc.device)[None, :] <= q_idx[:, None]
+    return (causal & (q_doc[:, :, None] == k_doc[:, None, :]))[:, None]
+
+
+def cu_seqlens(doc_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Cumulative document lengths over the flattened (B*T) batch, for varlen kernels."""
+    b, t = doc_ids.shape
+    starts = torch.ones_like(doc_ids, dtype=torch.bool)
+    starts[:, 1:] = doc_ids[:, 1:] != doc_ids[:, :-1]
+    start_idx = starts.flatten().nonzero().flatten()
+    bounds = torch.cat([start_idx, start_idx.new_tensor([b * t])]).to(torch.int32)
+    return bounds, int((bounds[1:] - bounds[:-1]).max())
+
+
+class KVCache:
+    """Keys and values of every layer for batched decoding, plus the document id of each cached slot."""
+
+    def __init__(self, config: ModelConfig, batch: int, capacity: int, device: torch.device, dtype: torch.dtype) -> None:
+        shape = (batch, config.n_kv_heads, capacity, config.head_dim)
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
+        self.doc_ids = torch.zeros(batch, capacity, device=device, dtype=torch.long)
+        self.length = 0
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store (B, Hkv, T, D) keys/values after the cached ones; return all of them."""
+        end = self.length + k.shape[2]
+        self.k[layer][:, :, self.length:end] = k
+        self.v[layer][:, :, self.length:end] = v
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.config, self.layer = config, layer
+        hd = config.head_dim
+        self.wq = nn.Linear(config.d_model, config.n_heads * hd, bias=False)
+        self.wk = nn.Linear(config.d_model, config.n_kv_heads * hd, bias=False)
+        self.wv = nn.Linear(config.d_model, config.n_kv_heads * hd, bias=False)
+        self.wo = nn.Linear(config.n_heads * hd, config.d_model, bias=False)
+        # Resolve the kernel once, so a missing backend fails at construction, not mid-run.
+        if config.attn_backend == "triton":
+            self._flash_attention = _load_kernel("attention", "attn_backend").flash_attention
+        elif config.attn_backend == "flash_attn":
+            try:
+                from flash_attn import flash_attn_varlen_func
+            except ImportError as err:
+                raise ModelConfigError(
+                    f"model.attn_backend='flash_attn' needs the flash-attn package ({err}); install it or use 'sdpa'/'triton'"
+                ) from err
+            self._flash_attn_varlen_func = flash_attn_varlen_func
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        doc_ids: torch.Tensor | None,
+        cache: KVCache | None = None,
+        cache_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        b, t, _ = x.shape
+        cfg = self.config
+        q = apply_rope(self.wq(x).view(b, t, cfg.n_heads, cfg.head_dim), *rope)
+        k = apply_rope(self.wk(x).view(b, t, cfg.n_kv_heads, cfg.head_dim), *rope)
+        v = self.wv(x).view(b, t, cfg.n_kv_heads, cfg.head_dim)
+        if cache is not None:
+            # Decoding: queries and keys differ in length, which only the sdpa path takes.
+            k_all, v_all = cache.append(self.layer, k.transpose(1, 2), v.transpose(1, 2))
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), k_all, v_all, attn_mask=cache_mask, enable_gqa=True)
+            out = out.transpose(1, 2)
+        elif cfg.attn_backend == "sdpa":
+            qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            if doc_ids is None:
+                out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True)
+            else:
+                out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=document_mask(doc_ids, doc_ids), enable_gqa=True)
+            out = out.transpose(1, 2)
+        elif cfg.attn_backend == "triton":
+            out = self._flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), doc_ids=doc_ids, causal=True)
+            out = out.transpose(1, 2)
+        else:
+            out = self._flash_attn_varlen(q, k, v, doc_ids)
+        return self.wo(out.reshape(b, t, cfg.n_heads * cfg.head_dim))
+
+    def _flash_attn_varlen(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, doc_ids: torch.Tensor | None) -> torch.Tensor:
+        b, t, h, d = q.shape
+        if doc_ids is None:
+            doc_ids = torch.zeros(b, t, dtype=torch.long, device=q.device)
+        bounds, longest = cu_seqlens(doc_ids)
+        out = self._flash_attn_varlen_func(
+            q.reshape(b * t, h, d), k.reshape(b * t, -1, d), v.reshape(b * t, -1, d),
+            cu_seqlens_q=bounds, cu_seqlens_k=bounds, max_seqlen_q=longest, max_seqlen_k=longest, causal=True,
+        )
+        if isinstance(out, tuple):  # some flash-attn releases also return the log-sum-exp
+            out = out[0]
+        return out.view(b, t, h, d)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.w_gate = nn.Linear(config.d_model, config.ffn_hidden, bias=False)
+        self.w_up = nn.Linear(config.d_model, config.ffn_hidden, bias=False)
+        self.w_down = nn.Linear(config.ffn_hidden, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.attn = Attention(config, layer)
+        self.mlp_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.mlp = SwiGLU(config)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        doc_ids: torch.Tensor | None,
+        cache: KVCache | None = None,
+        cache_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), rope, doc_ids, cache, cache_mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
+        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.head.weight = self.embed.weight
+        self.apply(self._init_weights)
+        # GPT-2: scale the projections that write into the residual stream by depth.
+        for name, p in self.named_parameters():
+            if name.endswith(("attn.wo.weight", "mlp.w_down.weight")):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * config.n_layers))
+        if config.embed_backend == "triton":
+            self._embedding_kernel = _load_kernel("embedding", "embed_backend").embedding
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+
+    def embed_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.config.embed_backend == "triton":
+            return self._embedding_kernel(input_ids, self.embed.weight)
+        return self.embed(input_ids)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        doc_ids: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """Logits (B, T, vocab) for symbols (B, T).
+
+        `positions` default to 0..T-1 (after the cached symbols when decoding); `doc_ids` None means
+        one document per row. With a `cache`, the new symbols' keys are appended to it and
+        `doc_ids` names their documents (left padding in a batch gets its own document).
+        """
+        b, t = input_ids.shape
+        start = cache.length if cache is not None else 0
+        if positions is None:
+            positions = torch.arange(start, start + t, device=input_ids.device).expand(b, t)
+        rope = rope_angles(positions, self.config.head_dim, self.config.rope_theta)
+        cache_mask = None
+        if cache is not None:
+            q_doc = doc_ids if doc_ids is not None else torch.zeros_like(input_ids)
+            cache.doc_ids[:, start:start + t] = q_doc
+            cache_mask = document_mask(q_doc, cache.doc_ids[:, :start + t], q_start=start)
+        x = self.embed_ids(input_ids)
+        for block in self.blocks:
+            x = block(x, rope, doc_ids, cache, cache_mask)
+        if cache is not None:
+            cache.length += t
+        return self.head(self.norm(x))

@@ -1,0 +1,234 @@
+import copy
+import math
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from proxycomp.checkpoint import AtomicCheckpointIO, CheckpointError, load_lm
+from proxycomp.evaluate import IGNORE, evaluate_bpb, sliding_windows, symbol_nats
+from proxycomp.lit import ProxyLM, warmup_cosine
+from proxycomp.model import ModelConfigError
+from proxycomp.views import RawView
+from proxycomp.vocab import BOS, EOS, RAW_OFFSET, SENTINELS, Vocabulary, is_raw_byte
+
+VOCAB = Vocabulary((("spm", 16),))
+SEQ = 32
+TINY = dict(
+    vocab_size=VOCAB.size, d_model=32, n_layers=1, n_heads=2, ffn_hidden=64, max_seq_len=SEQ,
+    warmup_steps=2, lr=3e-3, vocabulary=VOCAB.to_dict(),
+)
+
+
+class PackedWindows(Dataset):
+    """Windows honouring the batch contract: raw and spm documents packed with doc ids and positions."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.seed = n, seed
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(self.seed * 1000 + i)
+        symbols, docs, positions = [], [], []
+        while len(symbols) < SEQ + 1:
+            view = "raw" if torch.rand((), generator=g) < 0.5 else "spm"
+            lo, hi = (RAW_OFFSET, RAW_OFFSET + 256) if view == "raw" else (VOCAB.offset("spm"), VOCAB.size)
+            body = torch.randint(lo, hi, (int(torch.randint(3, 12, (), generator=g)),), generator=g).tolist()
+            doc = [BOS, SENTINELS[view][0], *body, SENTINELS[view][1], EOS]
+            symbols += doc
+            docs += [len(set(docs))] * len(doc)
+            positions += list(range(len(doc)))
+        inputs, targets = torch.tensor(symbols[:SEQ]), torch.tensor(symbols[1:SEQ + 1])
+        doc_ids = torch.tensor(docs[:SEQ], dtype=torch.int32)
+        # No prediction across a document boundary.
+        targets[:-1][doc_ids[1:] != doc_ids[:-1]] = -100
+        return {"input_ids": inputs, "targets": targets, "doc_ids": doc_ids,
+                "positions": torch.tensor(positions[:SEQ], dtype=torch.int32)}
+
+
+class SyntheticData(L.LightningDataModule):
+    """Train windows in a fixed order; its state is how many were consumed, so a resumed run goes on from there."""
+
+    def __init__(self, batch_size: int = 2) -> None:
+        super().__init__()
+        self.batch_size, self.start = batch_size, 0
+
+    def train_dataloader(self):
+        windows = PackedWindows(1000, seed=1)
+        return DataLoader(windows, batch_size=self.batch_size, sampler=range(self.start, len(windows)))
+
+    def val_dataloader(self):
+        return DataLoader(PackedWindows(2, seed=2), batch_size=2)
+
+    def state_dict(self) -> dict:
+        return {"consumed": self.trainer.global_step * self.batch_size}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.start = state["consumed"]
+
+
+def quiet_trainer(**kwargs) -> L.Trainer:
+    defaults = dict(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                    enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0)
+    return L.Trainer(**{**defaults, **kwargs})
+
+
+class StopAfter(L.Callback):
+    """Interrupts a run after `steps` optimizer steps, leaving its schedule (max_steps) untouched."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        trainer.should_stop = trainer.global_step >= self.steps
+
+
+class LossRecorder(L.Callback):
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.losses.append(float(outputs["loss"]))
+
+
+def test_warmup_cosine_schedule():
+    assert warmup_cosine(0, 4, 100, 0.1) == pytest.approx(0.25)
+    assert warmup_cosine(3, 4, 100, 0.1) == pytest.approx(1.0)
+    assert warmup_cosine(4, 4, 100, 0.1) == pytest.approx(1.0)
+    assert warmup_cosine(52, 4, 100, 0.1) == pytest.approx(0.55)
+    assert warmup_cosine(100, 4, 100, 0.1) == pytest.approx(0.1)
+
+
+def test_loss_is_logged_per_vocabulary_range():
+    lm = ProxyLM(**TINY)
+    before = copy.deepcopy(lm.model)
+    data = SyntheticData()
+    trainer = quiet_trainer(max_steps=1)
+    trainer.fit(lm, data)
+    batch = next(iter(data.train_dataloader()))
+    targets = batch["targets"].flatten()
+    nats = symbol_nats(before(batch["input_ids"], batch["positions"], batch["doc_ids"]), batch["targets"]).detach()
+    groups = {"raw": (targets >= 64) & (targets < 320), "spm": targets >= 320, "special": (targets >= 0) & (targets < 64)}
+    logged = trainer.logged_metrics
+    for name, mask in groups.items():
+        assert mask.any()
+        assert float(logged[f"train/loss_{name}"]) == pytest.approx(float(nats[mask].mean()), rel=1e-5)
+    assert float(logged["train/loss"]) == pytest.approx(float(nats[targets != -100].mean()), rel=1e-5)
+
+
+class FixedLogits(torch.nn.Module):
+    """Stands in for the transformer: returns prepared logits, one tensor per call."""
+
+    def __init__(self, logits: list[torch.Tensor]) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.logits = logits
+
+    def forward(self, input_ids, positions, doc_ids):
+        return self.logits.pop(0)
+
+
+def logits_giving(targets: torch.Tensor, prob: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Logits under which each target has probability `prob` (the other ids share the rest equally)."""
+    logits = torch.zeros(*targets.shape, vocab)
+    target_logit = torch.log(prob * (vocab - 1) / (1 - prob))
+    logits.scatter_(-1, targets.clamp(min=0)[..., None], target_logit[..., None])
+    return logits
+
+
+def test_val_bpb_is_bits_per_raw_byte_over_all_batches():
+    v = VOCAB.size
+    byte = RAW_OFFSET + 65
+    # Batch 1: three byte targets at p = 1/2 (1 bit each); a special target and padding do not count.
+    t1 = torch.tensor([[byte, byte, byte, EOS, -100]])
+    p1 = torch.tensor([[0.5, 0.5, 0.5, 0.01, 0.5]])
+    # Batch 2: one byte target at p = 1/4 (2 bits) and a sentinel target.
+    t2 = torch.tensor([[SENTINELS["raw"][1], byte, -100, -100, -100]])
+    p2 = torch.tensor([[0.01, 0.25, 0.5, 0.5, 0.5]])
+    batches = [{"input_ids": torch.zeros_like(t), "targets": t, "positions": torch.zeros_like(t),
+                "doc_ids": torch.zeros_like(t)} for t in (t1, t2)]
+    lm = ProxyLM(**TINY)
+    lm.model = FixedLogits([logits_giving(t1, p1, v), logits_giving(t2, p2, v)])
+    metrics = quiet_trainer(limit_val_batches=1.0).validate(lm, DataLoader(batches, batch_size=None), verbose=False)[0]
+    assert metrics["val/bpb"] == pytest.approx((3 * 1 + 2) / 4, rel=1e-5)  # not the mean of batch means (1.5)
+    nats = [math.log(2)] * 3 + [-math.log(0.01), -math.log(0.01), math.log(4)]
+    # val/loss is over every target, weighted by the count of targets in each batch.
+    assert metrics["val/loss"] == pytest.approx(sum(nats) / 6, rel=1e-5)
+
+
+def test_resume_continues_the_same_loss_curve(tmp_path):
+    straight = LossRecorder()
+    L.seed_everything(0)
+    quiet_trainer(max_steps=6, callbacks=[straight]).fit(ProxyLM(**TINY), SyntheticData())
+
+    first, second = LossRecorder(), LossRecorder()
+    L.seed_everything(0)
+    half = quiet_trainer(max_steps=6, callbacks=[first, StopAfter(3)], plugins=[AtomicCheckpointIO()])
+    half.fit(ProxyLM(**TINY), SyntheticData())
+    ckpt = tmp_path / "half.ckpt"
+    half.save_checkpoint(ckpt)
+    assert not list(tmp_path.glob(".*tmp*"))
+    quiet_trainer(max_steps=6, callbacks=[second]).fit(ProxyLM(**TINY), SyntheticData(), ckpt_path=ckpt)
+
+    assert len(straight.losses) == 6 and len(first.losses) == len(second.losses) == 3
+    torch.testing.assert_close(torch.tensor(first.losses + second.losses), torch.tensor(straight.losses), atol=1e-5, rtol=0)
+
+
+def test_checkpoint_carries_the_vocabulary(tmp_path):
+    lm = ProxyLM(**TINY)
+    trainer = quiet_trainer(max_steps=1)
+    trainer.fit(lm, SyntheticData())
+    trainer.save_checkpoint(tmp_path / "m.ckpt")
+    loaded = load_lm(tmp_path / "m.ckpt")
+    assert loaded.vocabulary == VOCAB and not loaded.training
+    torch.testing.assert_close(loaded.model.head.weight, lm.model.head.weight)
+
+
+def test_load_lm_errors_are_one_line(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_lm(tmp_path / "missing.ckpt")
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="cannot be loaded") as info:
+        load_lm(bad)
+    assert "\n" not in str(info.value)
+
+
+def test_vocab_size_smaller_than_the_vocabulary_is_rejected():
+    with pytest.raises(ModelConfigError, match=r"model.vocab_size \(320\) is smaller than the vocabulary \(336 ids\)"):
+        ProxyLM(**{**TINY, "vocab_size": 320})
+
+
+def test_sliding_windows_score_every_target_once_with_bounded_context():
+    symbols = list(range(100, 123))  # 23 symbols, 22 targets
+    windows = list(sliding_windows(symbols, seq_len=8, stride=3))
+    scored = [t for _, targets in windows for t in targets if t != IGNORE]
+    assert scored == symbols[1:]
+    for inputs, targets in windows:
+        assert len(inputs) == len(targets) <= 8
+    assert windows[1][1][:5] == [IGNORE] * 5  # the second window starts 3 later; its first 5 targets were scored
+
+
+def test_evaluate_bpb_matches_a_direct_computation_and_counts_every_byte():
+    lm = ProxyLM(**{**TINY, "max_seq_len": 64})
+    docs = [b"def f(x):\n    return x\n", b"print('hi')\n", bytes(range(200, 240))]
+    result = evaluate_bpb(lm.model, docs, seq_len=64, stride=32, batch_size=2)
+    assert result.bytes == sum(map(len, docs)) and result.documents == 3
+    bits = 0.0
+    for doc in docs:  # each fits one window: score it alone
+        ids = torch.tensor([RawView(RAW_OFFSET).serialize(doc)])
+        with torch.no_grad():
+            nats = symbol_nats(lm.model(ids[:, :-1]), ids[:, 1:])
+        bits += float(nats[is_raw_byte(ids[0, 1:])].sum()) / math.log(2)
+    assert result.bits_per_byte == pytest.approx(bits / result.bytes, rel=1e-5)
+    # Short windows only change how much context each byte sees, not which bytes count.
+    assert evaluate_bpb(lm.model, docs, seq_len=16, stride=5).bytes == result.bytes
+
+
+@pytest.mark.parametrize("field, value", [("lr", 0.0), ("warmup_steps", -1), ("min_lr_ratio", 1.5)])
+def test_bad_optimizer_settings_are_rejected(field, value):
+    with pytest.raises(ModelConfigError, match="need model.lr > 0"):
+        ProxyLM(**{**TINY, field: value})

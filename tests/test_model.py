@@ -1,0 +1,192 @@
+import sys
+
+import pytest
+import torch
+
+from proxycomp.generate import generate, raw_bytes
+from proxycomp.model import (
+    ModelConfig,
+    ModelConfigError,
+    Transformer,
+    cu_seqlens,
+    document_mask,
+    flops_per_symbol,
+)
+from proxycomp.vocab import EOS, RAW_OFFSET, raw_prompt
+
+TINY = dict(vocab_size=330, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_hidden=64, max_seq_len=64)
+
+
+def tiny_model(**overrides) -> Transformer:
+    return Transformer(ModelConfig(**{**TINY, **overrides})).eval()
+
+
+def test_shapes_and_gqa_projection_sizes():
+    model = tiny_model()
+    ids = torch.randint(0, 330, (3, 10))
+    assert model(ids).shape == (3, 10, 330)
+    assert model.blocks[0].attn.wk.weight.shape == (2 * 8, 32)  # 2 kv heads of size 8
+    assert model.blocks[0].attn.wq.weight.shape == (4 * 8, 32)
+
+
+def test_gqa_equals_multi_head_attention_with_shared_kv_heads():
+    gqa = tiny_model()
+    mha = tiny_model(n_kv_heads=4)
+    state = gqa.state_dict()
+    for i in range(TINY["n_layers"]):
+        for name in ("wk", "wv"):
+            w = state[f"blocks.{i}.attn.{name}.weight"].view(2, 8, 32)
+            state[f"blocks.{i}.attn.{name}.weight"] = w.repeat_interleave(2, dim=0).reshape(32, 32)
+    mha.load_state_dict(state)
+    ids = torch.randint(0, 330, (2, 12))
+    torch.testing.assert_close(gqa(ids), mha(ids))
+
+
+def test_document_mask_isolates_documents_and_positions_reset():
+    model = tiny_model()
+    doc_a, doc_b = torch.randint(0, 330, (1, 7)), torch.randint(0, 330, (1, 5))
+    doc_ids = torch.tensor([[0] * 7 + [1] * 5])
+    positions = torch.cat([torch.arange(7), torch.arange(5)])[None]
+    packed = model(torch.cat([doc_a, doc_b], 1), positions, doc_ids)
+    other_a = model(torch.cat([torch.randint(0, 330, (1, 7)), doc_b], 1), positions, doc_ids)
+    torch.testing.assert_close(packed[:, 7:], other_a[:, 7:])  # B does not see A
+    assert not torch.allclose(packed[:, :7], other_a[:, :7])
+    # Positions restart at B's first symbol, so B packed after A reads exactly as B alone.
+    torch.testing.assert_close(packed[:, 7:], model(doc_b), atol=1e-5, rtol=1e-5)
+
+
+def test_single_document_mask_matches_plain_causal():
+    model = tiny_model()
+    ids = torch.randint(0, 330, (2, 9))
+    torch.testing.assert_close(model(ids), model(ids, doc_ids=torch.zeros(2, 9, dtype=torch.long)))
+
+
+def test_document_mask_and_cu_seqlens_on_a_hand_case():
+    doc = torch.tensor([[0, 0, 1, 1, 1]])
+    mask = document_mask(doc, doc)[0, 0]
+    assert mask.tolist()[3] == [False, False, True, True, False]
+    bounds, longest = cu_seqlens(torch.tensor([[0, 0, 1], [5, 5, 5]]))
+    assert bounds.tolist() == [0, 2, 3, 6] and longest == 3
+
+
+def test_kv_cache_decoding_matches_full_recompute():
+    model = tiny_model()
+    ids = torch.randint(0, 330, (2, 11))
+    full = model(ids)
+    from proxycomp.model import KVCache
+
+    cache = KVCache(model.config, 2, 11, torch.device("cpu"), torch.float32)
+    steps = [model(ids[:, :6], cache=cache)]
+    for t in range(6, 11):
+        steps.append(model(ids[:, t:t + 1], cache=cache))
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_batched_greedy_generation_equals_one_by_one():
+    model = tiny_model()
+    prompts = [raw_prompt(b"def fib("), raw_prompt(b"x"), raw_prompt(b"import torch\n")]
+    batched = generate(model, prompts, 12, temperature=0, stop_ids=())
+    for i, prompt in enumerate(prompts):
+        alone = generate(model, [prompt], 12, temperature=0, stop_ids=())
+        assert batched.ids[i] == alone.ids[0]
+        torch.testing.assert_close(torch.tensor(batched.logprobs[i]), torch.tensor(alone.logprobs[0]), atol=1e-5, rtol=0)
+
+
+def test_generation_logprobs_are_those_of_the_tempered_softmax():
+    model = tiny_model()
+    prompt = raw_prompt(b"abc")
+    out = generate(model, [prompt], 6, temperature=0.7, top_k=50, seed=3, stop_ids=())
+    seq = torch.tensor([prompt + out.ids[0]])
+    logp = (model(seq)[0, len(prompt) - 1:-1] / 0.7).log_softmax(-1)
+    expected = logp.gather(-1, torch.tensor(out.ids[0])[:, None])[:, 0]
+    torch.testing.assert_close(torch.tensor(out.logprobs[0]), expected, atol=1e-5, rtol=1e-5)
+    again = generate(model, [prompt], 6, temperature=0.7, top_k=50, seed=3, stop_ids=())
+    assert again.ids == out.ids  # seeded
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy():
+    model = tiny_model()
+    prompt = [raw_prompt(b"hello")]
+    greedy = generate(model, prompt, 8, temperature=0, stop_ids=()).ids
+    assert generate(model, prompt, 8, temperature=1.0, top_k=1, seed=0, stop_ids=()).ids == greedy
+    assert generate(model, prompt, 8, temperature=1.0, top_p=1e-6, seed=0, stop_ids=()).ids == greedy
+
+
+def test_generation_stops_at_a_stop_id_per_row():
+    model = tiny_model()
+    prompts = [raw_prompt(b"a"), raw_prompt(b"bcd")]
+    free = generate(model, prompts, 10, temperature=0, stop_ids=())
+    stop = free.ids[0][2]
+    stopped = generate(model, prompts, 10, temperature=0, stop_ids=(stop,))
+    for row, out in zip(free.ids, stopped.ids):
+        end = row.index(stop) + 1 if stop in row else len(row)
+        assert out == row[:end]
+    assert len(stopped.ids[0]) <= 3 and len(stopped.logprobs[0]) == len(stopped.ids[0])
+
+
+def test_generate_rejects_bad_prompts():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="prompt ids"):
+        generate(model, [[1, 400]], 2)
+    with pytest.raises(ValueError, match="empty"):
+        generate(model, [[]], 2)
+
+
+def test_raw_bytes_stops_at_first_non_byte_symbol():
+    assert raw_bytes([RAW_OFFSET + 104, RAW_OFFSET + 105, EOS, RAW_OFFSET + 33]) == b"hi"
+
+
+def test_flops_per_symbol_on_a_hand_computed_config():
+    cfg = ModelConfig(vocab_size=100, d_model=8, n_layers=2, n_heads=2, n_kv_heads=1, ffn_hidden=16)
+    per_layer = 8 * 8 + 8 * 4 + 8 * 4 + 8 * 8 + 3 * 8 * 16  # q, k, v, o, SwiGLU
+    n = 2 * per_layer + 8 * 100  # + output head; the embedding gather is not counted
+    assert flops_per_symbol(cfg, 32) == 6 * n + 12 * 2 * 8 * 32
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(attn_backend="flex"), "unknown model.attn_backend 'flex'; valid: sdpa, triton, flash_attn"),
+        (dict(embed_backend="cuda"), "unknown model.embed_backend 'cuda'; valid: torch, triton"),
+        (dict(d_model=30), "must be divisible by model.n_heads"),
+        (dict(n_kv_heads=3), "multiple of model.n_kv_heads"),
+        (dict(n_layers=0), "model.n_layers must be positive"),
+    ],
+)
+def test_config_errors_name_the_field(overrides, message):
+    with pytest.raises(ModelConfigError, match=message.replace("(", r"\(")):
+        ModelConfig(**{**TINY, **overrides})
+
+
+def test_missing_triton_kernel_gives_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "proxycomp.kernels.embedding", None)  # makes the import fail
+    with pytest.raises(ModelConfigError, match="embed_backend='triton' needs proxycomp.kernels.embedding"):
+        tiny_model(embed_backend="triton")
+    monkeypatch.setitem(sys.modules, "proxycomp.kernels.attention", None)
+    with pytest.raises(ModelConfigError, match="attn_backend='triton' needs proxycomp.kernels.attention"):
+        tiny_model(attn_backend="triton")
+
+
+def test_missing_flash_attn_gives_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "flash_attn", None)
+    with pytest.raises(ModelConfigError, match="needs the flash-attn package"):
+        tiny_model(attn_backend="flash_attn")
+
+
+@pytest.mark.slow
+def test_triton_backends_match_torch_on_packed_documents():
+    pytest.importorskip("proxycomp.kernels.attention")
+    pytest.importorskip("proxycomp.kernels.embedding")
+    reference = tiny_model(d_model=64)  # the kernel takes head sizes from 16 up
+    fused = tiny_model(d_model=64, attn_backend="triton", embed_backend="triton")
+    fused.load_state_dict(reference.state_dict())
+    ids = torch.randint(0, 330, (2, 16))
+    doc_ids = torch.tensor([[0] * 9 + [1] * 7, [0] * 16])
+    positions = torch.cat([torch.arange(9), torch.arange(7)])[None].repeat(2, 1)
+    positions[1] = torch.arange(16)
+    out_fused, out_ref = fused(ids, positions, doc_ids), reference(ids, positions, doc_ids)
+    torch.testing.assert_close(out_fused, out_ref, atol=2e-4, rtol=2e-4)
+    out_fused.square().mean().backward()
+    out_ref.square().mean().backward()
+    for (name, p_fused), p_ref in zip(fused.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p_fused.grad, p_ref.grad, atol=1e-4, rtol=1e-3, msg=name)
