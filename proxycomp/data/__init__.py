@@ -2,7 +2,15 @@
 from proxycomp.data.corpus import Corpus, CorpusError, CorpusReport, Document, load_corpus
 from proxycomp.data.datamodule import DataStateError, ProxyDataModule
 from proxycomp.data.mixing import MixingSchedule, ScheduleError, choose_views, compressed_only_probability
-from proxycomp.data.packing import CURSOR_KEY, IGNORE_INDEX, StreamCursor, TrainStream, ValWindows, pack_window
+from proxycomp.data.packing import (
+    CURSOR_KEY,
+    IGNORE_INDEX,
+    ReplayStream,
+    StreamCursor,
+    TrainStream,
+    ValWindows,
+    pack_window,
+)
 
 __all__ = [
     "CURSOR_KEY",
@@ -14,6 +22,7 @@ __all__ = [
     "Document",
     "MixingSchedule",
     "ProxyDataModule",
+    "ReplayStream",
     "ScheduleError",
     "StreamCursor",
     "TrainStream",

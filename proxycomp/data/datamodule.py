@@ -1,25 +1,29 @@
 """`ProxyDataModule`: corpus -> views -> packed windows, as a LightningDataModule.
 
 Train batches mix views by the schedule (compression runs in DataLoader workers); validation batches are
-raw views of held-out documents. The DataModule's state (batches consumed, each worker's stream cursor,
-the SentencePiece model bytes) travels in the Lightning checkpoint, so a resumed run sees exactly the
-batches an uninterrupted one would and needs nothing outside the checkpoint.
+raw views of held-out documents (the compressed view under the `tokens` schedule, whose model never sees raw
+bytes). A `replay_file` replaces the mixed stream by a fixed one (the raw-subset control of the comparison).
+The DataModule's state (batches consumed, each worker's stream cursor, the SentencePiece model bytes) travels
+in the Lightning checkpoint, so a resumed run sees exactly the batches an uninterrupted one would and needs
+nothing outside the checkpoint.
 """
 from __future__ import annotations
 
 import json
 import os
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from proxycomp.data.corpus import Corpus, load_corpus
-from proxycomp.data.mixing import MixingSchedule
-from proxycomp.data.packing import CURSOR_KEY, StreamCursor, TrainStream, ValWindows
+from proxycomp.data.corpus import Corpus, CorpusError, load_corpus
+from proxycomp.data.mixing import MixingSchedule, ScheduleError
+from proxycomp.data.packing import CURSOR_KEY, ReplayStream, StreamCursor, TrainStream, ValWindows
 from proxycomp.views import ViewConfig, train_spm
 from proxycomp.vocab import Vocabulary
 
@@ -58,10 +62,15 @@ class ProxyDataModule(L.LightningDataModule):
         val_windows: int | None = None,
         num_workers: int = 2,
         artifacts_dir: str | None = None,
+        spm_model_file: str | None = None,
+        replay_file: str | None = None,
         seed: int = 0,
     ) -> None:
         """See the module docstring. `spm_train_bytes` caps the text SentencePiece trains on (a seeded sample
-        of the train split); `total_steps` is linked to trainer.max_steps by the CLI."""
+        of the train split); `total_steps` is linked to trainer.max_steps by the CLI. `spm_model_file` is a
+        SentencePiece model to use instead of training one (runs that must share a tokenizer).
+        `replay_file` is a .npy of int32 symbols (serialized documents end to end) to train on in order,
+        one pass per epoch, instead of the mixed stream."""
         super().__init__()
         if seq_len < 2 or batch_size < 1 or num_workers < 0:
             raise ValueError(
@@ -70,6 +79,10 @@ class ProxyDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         self.view_config = ViewConfig(tuple(views), spm_vocab_size, zstd_level, brotli_quality)
         self.schedule = MixingSchedule(schedule, r_start, r_peak, warmup_frac, total_steps)
+        if schedule == "tokens" and len(views) != 2:
+            raise ScheduleError(
+                f"data.schedule 'tokens' trains on one compressed view; set data.views to [raw, <view>], got {list(views)}"
+            )
         self.vocabulary: Vocabulary = self.view_config.vocabulary()
         self.vocab_size: int = self.vocabulary.size
         self.corpus: Corpus | None = None
@@ -91,18 +104,47 @@ class ProxyDataModule(L.LightningDataModule):
 
     @property
     def spm_model(self) -> bytes | None:
-        """The serialized SentencePiece model; trained on first use (a resumed run gets it from the checkpoint)."""
+        """The serialized SentencePiece model: read from `spm_model_file`, else trained on first use (a resumed
+        run gets it from the checkpoint)."""
         if "spm" in self.view_config.names and self._spm_model is None:
-            self._spm_model = train_spm(
-                [d.data for d in self._require_corpus().train],
-                self.hparams.spm_vocab_size,
-                self.hparams.spm_train_bytes,
-                self.hparams.seed,
-            )
+            if self.hparams.spm_model_file:
+                path = Path(self.hparams.spm_model_file)
+                if not path.is_file():
+                    raise CorpusError(f"data.spm_model_file {path} does not exist; point it at a SentencePiece .model file")
+                self._spm_model = path.read_bytes()
+            else:
+                self._spm_model = train_spm(
+                    [d.data for d in self._require_corpus().train],
+                    self.hparams.spm_vocab_size,
+                    self.hparams.spm_train_bytes,
+                    self.hparams.seed,
+                )
             self._write_artifacts()
         return self._spm_model
 
+    @cached_property
+    def replay_symbols(self) -> np.ndarray | None:
+        """The fixed stream of `replay_file` (memory-mapped), checked against the vocabulary."""
+        if not self.hparams.replay_file:
+            return None
+        path = Path(self.hparams.replay_file)
+        try:
+            symbols = np.load(path, mmap_mode="r")
+        except (OSError, ValueError) as err:
+            raise CorpusError(f"data.replay_file {path} cannot be read as a .npy array ({err}); write it with numpy.save") from None
+        if symbols.ndim != 1 or symbols.dtype.kind not in "iu" or len(symbols) < 2:
+            raise CorpusError(f"data.replay_file {path} must hold a 1-D integer array of symbols, got {symbols.dtype} {symbols.shape}")
+        if int(symbols.min()) < 0 or int(symbols.max()) >= self.vocab_size:
+            raise CorpusError(f"data.replay_file {path} holds ids outside 0..{self.vocab_size - 1}; it was made for other views")
+        return symbols
+
     def train_dataloader(self) -> DataLoader:
+        workers = self.hparams.num_workers
+        if self.replay_symbols is not None:
+            replay = ReplayStream(
+                self.replay_symbols, self.hparams.seq_len, self.hparams.batch_size, self._batches_consumed, dict(self._cursors)
+            )
+            return DataLoader(replay, batch_size=None, num_workers=workers, pin_memory=torch.cuda.is_available())
         stream = TrainStream(
             [d.data for d in self._require_corpus().train],
             self.view_config,
@@ -114,14 +156,18 @@ class ProxyDataModule(L.LightningDataModule):
             self._batches_consumed,
             dict(self._cursors),
         )
-        workers = self.hparams.num_workers
         return DataLoader(
             stream, batch_size=None, num_workers=workers, persistent_workers=False,
             prefetch_factor=4 if workers else None, pin_memory=torch.cuda.is_available(),
         )
 
     def val_dataloader(self) -> DataLoader:
-        windows = ValWindows([d.data for d in self._require_corpus().val], self.hparams.seq_len, self.hparams.val_windows)
+        view = None
+        if self.schedule.kind == "tokens":
+            compressed = next(name for name in self.view_config.names if name != "raw")
+            view = self.view_config.build(self.spm_model)[compressed]
+        documents = [d.data for d in self._require_corpus().val]
+        windows = ValWindows(documents, self.hparams.seq_len, self.hparams.val_windows, view)
         return DataLoader(windows, batch_size=self.hparams.batch_size, shuffle=False, num_workers=0)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
@@ -162,7 +208,7 @@ class ProxyDataModule(L.LightningDataModule):
         h = self.hparams
         keys = ("source", "path", "glob", "text_field", "views", "spm_vocab_size", "zstd_level", "brotli_quality",
                 "seq_len", "batch_size", "schedule", "r_peak", "r_start", "warmup_frac", "total_steps",
-                "val_fraction", "min_bytes", "max_bytes", "max_documents", "num_workers", "seed")
+                "val_fraction", "min_bytes", "max_bytes", "max_documents", "num_workers", "replay_file", "seed")
         return {k: list(h[k]) if k == "views" else h[k] for k in keys}
 
     # ---- helpers --------------------------------------------------------------------------------------------

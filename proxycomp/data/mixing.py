@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SCHEDULES = ("paper", "sentinel", "byte")
+SCHEDULES = ("paper", "sentinel", "byte", "tokens")
 SENTINEL, TRANSLATION = "sentinel", "translation_random"
 
 
@@ -24,7 +24,8 @@ class ScheduleError(ValueError):
 @dataclass(frozen=True)
 class MixingSchedule:
     """`paper`: translation_random with r ramped r_start -> r_peak over the first warmup_frac of total_steps,
-    then sentinel at r_peak. `sentinel`: r_peak throughout. `byte`: raw only."""
+    then sentinel at r_peak. `sentinel`: r_peak throughout. `byte`: raw only. `tokens`: every document in
+    its compressed view only (r = 1, the tokenizer baseline; the data module allows one compressed view)."""
 
     kind: str = "paper"
     r_start: float = 0.4
@@ -45,6 +46,8 @@ class MixingSchedule:
         """(mode, r) for a training step."""
         if self.kind == "byte":
             return SENTINEL, 0.0
+        if self.kind == "tokens":
+            return SENTINEL, 1.0
         warmup = self.warmup_frac * self.total_steps
         if self.kind == "sentinel" or step >= warmup:
             return SENTINEL, self.r_peak

@@ -28,8 +28,8 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from proxycomp.data.mixing import MixingSchedule, choose_views
-from proxycomp.views import RawView, ViewConfig, serialize_views
-from proxycomp.vocab import PAD, RAW_OFFSET
+from proxycomp.views import RawView, View, ViewConfig, serialize_views
+from proxycomp.vocab import BOS, PAD, RAW_OFFSET
 
 IGNORE_INDEX = -100
 CURSOR_KEY = "stream_cursor"
@@ -73,11 +73,12 @@ def collate(windows: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tenso
 
 
 class ValWindows(Dataset):
-    """Raw views of held-out documents, packed in corpus order; deterministic, finite, padded at the end."""
+    """Views of held-out documents (raw unless `view` is given), packed in corpus order; deterministic, finite,
+    padded at the end."""
 
-    def __init__(self, documents: Sequence[bytes], seq_len: int, max_windows: int | None = None):
-        raw = RawView(RAW_OFFSET)
-        stream = _ArrayStream(serialize_views([("raw", raw.encode_array(d))]) for d in documents)
+    def __init__(self, documents: Sequence[bytes], seq_len: int, max_windows: int | None = None, view: View | None = None):
+        view = view or RawView(RAW_OFFSET)
+        stream = _ArrayStream(serialize_views([(view.name, view.encode_array(d))]) for d in documents)
         self.windows: list[list[np.ndarray]] = []
         while max_windows is None or len(self.windows) < max_windows:
             pieces = stream.read(seq_len + 1, advance=seq_len)
@@ -225,6 +226,61 @@ class TrainStream(IterableDataset):
             first_n, first_start = (queue[0][0], queue[0][1]) if queue else (next_n, next_start)
             out = collate(batch)
             out[CURSOR_KEY] = torch.tensor([logical, window, first_n, first_start], dtype=torch.int64)
+            yield out
+
+
+class ReplayStream(IterableDataset):
+    """A fixed, finite stream of serialized documents (e.g. the raw views another run saw), packed in order.
+
+    Windows are cut as in `TrainStream` (seq_len + 1 symbols overlapping by one, positions restarting at each
+    ``<bos>``) and grouped into batches; batch g goes to shard g mod S, so the DataLoader's round-robin hands
+    them out in stream order. One iteration is one pass; the last batch is padded with empty windows so every
+    step has the same shape. Batches carry a `stream_cursor` whose window count lets a resumed run go on.
+    """
+
+    def __init__(
+        self,
+        symbols: np.ndarray,
+        seq_len: int,
+        batch_size: int,
+        batches_consumed: int = 0,
+        cursors: dict[int, StreamCursor] | None = None,
+    ):
+        if len(symbols) < 2 or symbols[0] != BOS:
+            raise ValueError("a replay stream must hold at least one serialized document starting with <bos>")
+        self.symbols = symbols
+        self.seq_len = seq_len
+        self.batch_size = batch_size
+        self.batches_consumed = batches_consumed
+        self.cursors = cursors or {}
+        self.num_windows = -(-(len(symbols) - 1) // seq_len)
+        self._doc_starts = np.flatnonzero(np.asarray(symbols) == BOS)
+
+    @property
+    def num_batches(self) -> int:
+        return -(-self.num_windows // self.batch_size)
+
+    def window(self, index: int) -> dict[str, torch.Tensor]:
+        lo = index * self.seq_len
+        hi = min(lo + self.seq_len + 1, len(self.symbols))
+        if lo >= hi:
+            return pack_window([], self.seq_len)
+        inner = self._doc_starts[(self._doc_starts > lo) & (self._doc_starts < hi)]
+        edges = [lo, *inner.tolist(), hi]
+        return pack_window([np.asarray(self.symbols[a:b]) for a, b in zip(edges, edges[1:])], self.seq_len)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        info = get_worker_info()
+        physical, workers = (info.id, info.num_workers) if info else (0, 1)
+        rank, world = _rank_and_world()
+        logical = (physical + self.batches_consumed) % workers
+        shard, shards = rank * workers + logical, world * workers
+        b = self.cursors.get(logical, StreamCursor(0, 0, 0)).windows // self.batch_size
+        while (g := b * shards + shard) < self.num_batches:
+            first = g * self.batch_size
+            out = collate([self.window(w) for w in range(first, first + self.batch_size)])
+            b += 1
+            out[CURSOR_KEY] = torch.tensor([logical, b * self.batch_size, 0, 0], dtype=torch.int64)
             yield out
 
 

@@ -1,0 +1,50 @@
+"""The arms of the comparison (what each one trains on) and the model sizes they share."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class CompareError(ValueError):
+    """Bad comparison input (arm names, budget, spec fields, a results folder from other settings)."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    views: tuple[str, ...]  # data.views
+    schedule: str  # data.schedule (proxycomp.data.mixing)
+    role: str  # one line for the report
+
+    @property
+    def scored_view(self) -> str:
+        """The view the model is scored in: raw bytes, except for the tokenizer baseline, which never saw them."""
+        return next(v for v in self.views if v != "raw") if self.schedule == "tokens" else "raw"
+
+
+# Report order; `raw_subset` replays `proxy_spm`'s stream, so it must come after it.
+ARMS: dict[str, Arm] = {arm.name: arm for arm in (
+    Arm("byte", ("raw",), "byte", "byte-only baseline"),
+    Arm("proxy_spm", ("raw", "spm"), "paper", "proxy: SentencePiece BPE view (the paper's main claim)"),
+    Arm("proxy_zstd", ("raw", "zstd"), "paper", "proxy: zstd view (stability control)"),
+    Arm("proxy_brotli", ("raw", "brotli"), "paper", "proxy: brotli view (stability control)"),
+    Arm("bpe", ("raw", "spm"), "tokens", "tokenizer baseline: BPE tokens only"),
+    Arm("raw_subset", ("raw",), "byte", "byte-only on the raw views proxy_spm saw (transfer control, below budget)"),
+)}
+RAW_SUBSET_SOURCE = "proxy_spm"
+
+MODEL_SIZES: dict[str, dict[str, int]] = {
+    "tiny": {"d_model": 64, "n_layers": 2, "n_heads": 2},  # CPU smoke
+    "small": {"d_model": 256, "n_layers": 6, "n_heads": 4},
+    "base": {"d_model": 512, "n_layers": 8, "n_heads": 8},  # the plan's ~25M non-embedding parameters
+}
+
+
+def parse_arms(text: str) -> list[Arm]:
+    """Arms named in a comma-separated list, in report order (so raw_subset follows proxy_spm)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ARMS]
+    if unknown or not names:
+        raise CompareError(f"--arms: unknown or empty {unknown or text!r}; known: {','.join(ARMS)}")
+    if len(set(names)) != len(names):
+        raise CompareError(f"--arms lists an arm twice: {text!r}")
+    return [arm for name, arm in ARMS.items() if name in names]

@@ -1,0 +1,261 @@
+"""Runs a comparison: each arm trained through `proxycomp fit`'s own LightningCLI, scored, and recorded.
+
+State lives in two folders. `out` holds what a reader needs and what must survive a device call: the
+results JSON (spec, per-arm status, plans, curves, scores), the markdown table, the plot and the shared
+SentencePiece model. `work_dir` holds what is large or disposable: each arm's generated `proxycomp fit`
+config, checkpoints, logs, and the raw-subset replay stream. A finished arm is skipped; an unfinished
+one resumes from its last checkpoint in `work_dir` if there is one, else starts again.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from proxycomp.compare.arms import RAW_SUBSET_SOURCE, Arm, CompareError
+from proxycomp.compare.budget import ArmPlan, Budget, plan_arm
+from proxycomp.compare.evaluation import ValBpbCurve, leading_documents, scorer_for
+from proxycomp.compare.replay import raw_views_seen
+from proxycomp.compare.report import contrasts, markdown, plot
+from proxycomp.compare.spec import CompareSpec
+from proxycomp.compare.stability import compressor_stats, delete_characters
+from proxycomp.data import Corpus, ProxyDataModule, ReplayStream, load_corpus
+from proxycomp.views import ViewConfig, train_spm
+
+RESULTS_FORMAT = 1
+RESULTS_FILE, TABLE_FILE, PLOT_FILE, SPM_FILE = "results.json", "results.md", "bpb_vs_compute.png", "spm.model"
+STATS_VIEWS = ("raw", "spm", "zstd", "brotli")
+
+
+class Comparison:
+    def __init__(self, spec: CompareSpec, out: Path, work_dir: Path | None = None,
+                 log: Callable[[str], None] = lambda m: print(f"[compare] {m}", file=sys.stderr, flush=True)):
+        self.spec = spec
+        self.out = Path(out)
+        self.work_dir = Path(work_dir) if work_dir else self.out / "work"
+        self.log = log
+        self.budget = Budget(spec.budget, spec.budget_unit)
+        self.results = self._load_results()
+        self._corpus: Corpus | None = None
+
+    # ---- results folder ---------------------------------------------------------------------------------
+    def _load_results(self) -> dict[str, Any]:
+        path = self.out / RESULTS_FILE
+        if not path.is_file():
+            return {"format": RESULTS_FORMAT, "spec": self.spec.to_dict(), "arms": {}, "compressors": None}
+        try:
+            results = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise CompareError(f"{path}: not valid JSON ({err.msg}); delete it to start the comparison over") from None
+        if results.get("format") != RESULTS_FORMAT:
+            raise CompareError(f"{path}: results format {results.get('format')!r}, this code reads {RESULTS_FORMAT}")
+        changed = self.spec.differences(results["spec"])
+        if changed:
+            raise CompareError(
+                f"{path} was made with other settings ({'; '.join(changed)}); use the same settings to resume "
+                "or another --out"
+            )
+        results["spec"] = self.spec.to_dict()  # execution fields may have changed
+        return results
+
+    def save(self) -> None:
+        """Results JSON, markdown table and plot, each written atomically."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.results["updated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.results["contrasts"] = contrasts(self.results["arms"])
+        _atomic_write(self.out / RESULTS_FILE, json.dumps(self.results, indent=1).encode())
+        _atomic_write(self.out / TABLE_FILE, markdown(self.results, "Byte vs proxy vs tokenizer at equal compute").encode())
+        if any(a.get("curve") for a in self.results["arms"].values()):
+            plot(self.results, self.out / PLOT_FILE)
+
+    # ---- plans --------------------------------------------------------------------------------------------
+    def plan(self, arm: Arm) -> ArmPlan:
+        s = self.spec
+        steps = None
+        if arm.name == "raw_subset":
+            steps = ReplayStream(np.load(self.replay_file(), mmap_mode="r"), s.seq_len, s.batch_size).num_batches
+        return plan_arm(arm, self.budget, s.model, s.seq_len, s.batch_size, s.spm_vocab_size, steps)
+
+    def dry_run(self, arms: Sequence[Arm]) -> list[ArmPlan]:
+        """Plans of the budgeted arms (raw_subset's steps are known only once proxy_spm has run)."""
+        return [self.plan(arm) for arm in arms if arm.name != "raw_subset"]
+
+    # ---- the run ------------------------------------------------------------------------------------------
+    def run(self, arms: Sequence[Arm]) -> dict[str, Any]:
+        names = [arm.name for arm in arms]
+        source_done = self.results["arms"].get(RAW_SUBSET_SOURCE, {}).get("status") == "done"
+        if "raw_subset" in names and RAW_SUBSET_SOURCE not in names and not source_done:
+            raise CompareError(f"raw_subset replays {RAW_SUBSET_SOURCE}'s training stream: add {RAW_SUBSET_SOURCE} to "
+                               f"--arms or finish it first in the same --out")
+        if self.spec.cpu_threads and not torch.cuda.is_available():
+            torch.set_num_threads(self.spec.cpu_threads)
+        if any("spm" in arm.views for arm in arms) or self.results["compressors"] is None:
+            self.spm_model()
+        if self.results["compressors"] is None:
+            self.log("measuring compressor ratio and stability")
+            self.results["compressors"] = self.compressor_stats()
+            self.save()
+        for arm in arms:
+            record = self.results["arms"].get(arm.name, {})
+            if record.get("status") == "done":
+                self.log(f"{arm.name}: done, skipped")
+                continue
+            self.results["arms"][arm.name] = self.run_arm(arm)
+            self.save()
+        self.save()
+        return self.results
+
+    def run_arm(self, arm: Arm) -> dict[str, Any]:
+        from proxycomp.cli import build_cli  # Lightning is slow to import; the dry run does without
+
+        plan = self.plan(arm)
+        arm_dir = self.work_dir / arm.name
+        last = arm_dir / "checkpoints" / "last.ckpt"
+        config = self.fit_config(arm, plan, arm_dir)
+        arm_dir.mkdir(parents=True, exist_ok=True)
+        config_path = arm_dir / "fit.yaml"
+        _atomic_write(config_path, yaml.safe_dump(config, sort_keys=False).encode())
+        record = {"status": "running", "plan": plan.to_dict(), "data": config["data"], "fit_config": str(config_path)}
+        self.results["arms"][arm.name] = record
+        self.save()
+        resume = last.is_file()
+        self.log(f"{arm.name}: {plan.max_steps} steps of {plan.symbols_per_step} symbols at {plan.flops_per_symbol:.3g} "
+                 f"FLOPs/symbol{', resuming from ' + str(last) if resume else ''}")
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            # LightningCLI warns whenever sys.argv has arguments besides `args`: here they are this tool's own.
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+            cli = build_cli(["fit", "--config", str(config_path), *(["--ckpt_path", str(last)] if resume else [])])
+        trainer, lm, dm = cli.trainer, cli.model, cli.datamodule
+        if trainer.global_step != plan.max_steps:
+            raise CompareError(f"arm {arm.name} stopped at step {trainer.global_step} of {plan.max_steps}; "
+                               "run the tool again to resume it")
+        if lm.flops_per_symbol != plan.flops_per_symbol:
+            raise RuntimeError(f"{arm.name}: the model counts {lm.flops_per_symbol} FLOPs/symbol, the plan "
+                               f"{plan.flops_per_symbol}; budget accounting and ProxyLM disagree")
+        fit_s = time.perf_counter() - start
+        curve = next(c for c in trainer.callbacks if isinstance(c, ValBpbCurve)).points
+        self.log(f"{arm.name}: fit in {fit_s:.0f} s (data setup included), scoring")
+        scorer = scorer_for(dm, self.spec.stride, self.spec.eval_batch_size)
+        documents = leading_documents([d.data for d in dm.corpus.val], self.spec.eval_max_bytes)
+        clean = scorer(lm.model, documents)
+        perturbed = scorer(lm.model, self.perturbed(documents))
+        used = plan.flops if self.budget.unit == "flops" else plan.symbols
+        record.update({
+            "status": "done", "steps": trainer.global_step, "symbols": plan.symbols, "flops": plan.flops,
+            "budget_share": used / self.budget.value, "resumed": resume, "curve": curve,
+            "val_bpb": clean.bits_per_byte, "val_bpb_perturbed": perturbed.bits_per_byte,
+            "eval_bytes": clean.bytes, "eval_documents": clean.documents,
+            "fit_s": fit_s, "wall_s": time.perf_counter() - start,
+        })
+        self.log(f"{arm.name}: val bpb {clean.bits_per_byte:.4f} (perturbed {perturbed.bits_per_byte:.4f})")
+        return record
+
+    def fit_config(self, arm: Arm, plan: ArmPlan, arm_dir: Path) -> dict[str, Any]:
+        """The `proxycomp fit` config of one arm (linked fields — vocab, context, total_steps — left to the CLI)."""
+        s = self.spec
+        every = max(1, plan.max_steps // s.curve_points)
+        data = {
+            "source": s.source, "path": s.path, "glob": s.glob, "views": list(arm.views), "schedule": arm.schedule,
+            "spm_vocab_size": s.spm_vocab_size, "spm_train_bytes": s.spm_train_bytes,
+            "spm_model_file": str(self.out / SPM_FILE) if "spm" in arm.views else None,
+            "seq_len": s.seq_len, "batch_size": s.batch_size, "min_bytes": s.min_bytes, "max_bytes": s.max_bytes,
+            "max_documents": s.max_documents, "val_fraction": s.val_fraction, "num_workers": s.num_workers,
+            "artifacts_dir": str(arm_dir / "data"), "seed": s.seed,
+            "replay_file": str(self.replay_file()) if arm.name == "raw_subset" else None,
+        }
+        return {
+            "seed_everything": s.seed,
+            "trainer": {
+                "max_steps": plan.max_steps,
+                "precision": s.precision or ("bf16-mixed" if torch.cuda.is_available() else "32-true"),
+                "gradient_clip_val": 1.0,
+                "limit_val_batches": 0,  # the curve callback scores the arm's own metric instead
+                "num_sanity_val_steps": 0,
+                "log_every_n_steps": max(1, min(50, every)),
+                "enable_progress_bar": False,
+                "enable_model_summary": False,
+                "default_root_dir": str(arm_dir),
+                "logger": [{"class_path": "lightning.pytorch.loggers.CSVLogger",
+                            "init_args": {"save_dir": str(arm_dir), "name": "logs"}}],
+                "callbacks": [{"class_path": "proxycomp.compare.evaluation.ValBpbCurve",
+                               "init_args": {"every_n_steps": every, "max_bytes": s.curve_max_bytes,
+                                             "stride": s.stride, "batch_size": s.eval_batch_size}}],
+            },
+            "checkpoint": {"dirpath": str(arm_dir / "checkpoints"), "monitor": None, "save_top_k": 0,
+                           "save_last": True, "every_n_train_steps": every},
+            "model": {**s.model, "lr": s.lr, "warmup_steps": max(1, round(s.lr_warmup_frac * plan.max_steps)),
+                      "attn_backend": s.attn_backend, "compile": s.compile},
+            "data": data,
+        }
+
+    # ---- shared inputs ------------------------------------------------------------------------------------
+    @property
+    def corpus(self) -> Corpus:
+        if self._corpus is None:
+            s = self.spec
+            self._corpus = load_corpus(s.source, s.path, s.glob, "text", s.min_bytes, s.max_bytes, s.val_fraction,
+                                       s.max_documents, seed=s.seed)
+            self.log(self._corpus.report.summary())
+        return self._corpus
+
+    def spm_model(self) -> bytes:
+        """The comparison's one SentencePiece model (proxy_spm, bpe and the statistics share it), trained once
+        on the train split with the data module's recipe and kept in `out`."""
+        path = self.out / SPM_FILE
+        if not path.is_file():
+            self.log(f"training the SentencePiece model ({self.spec.spm_vocab_size} pieces)")
+            s = self.spec
+            model = train_spm([d.data for d in self.corpus.train], s.spm_vocab_size, s.spm_train_bytes, s.seed)
+            self.out.mkdir(parents=True, exist_ok=True)
+            _atomic_write(path, model)
+        return path.read_bytes()
+
+    def perturbed(self, documents: Sequence[bytes]) -> list[bytes]:
+        return [delete_characters(d, self.spec.perturb_rate, self.spec.seed + k) for k, d in enumerate(documents)]
+
+    def compressor_stats(self) -> dict[str, dict[str, float]]:
+        s = self.spec
+        views = ViewConfig(STATS_VIEWS, s.spm_vocab_size).build(self.spm_model())
+        val = [d.data for d in self.corpus.val]
+        stability = [d for d in val if len(d) <= s.stats_max_doc_bytes][: s.stats_documents] or [min(val, key=len)]
+        return compressor_stats(views, leading_documents(val, s.eval_max_bytes), stability, s.perturb_rate, s.seed)
+
+    def replay_file(self) -> Path:
+        """The raw-subset stream: replayed from proxy_spm's recorded data settings once, then kept in work_dir."""
+        path = self.work_dir / "raw_subset" / "replay.npy"
+        if path.is_file():
+            return path
+        source = self.results["arms"].get(RAW_SUBSET_SOURCE, {})
+        if source.get("status") != "done":
+            raise CompareError(f"raw_subset replays {RAW_SUBSET_SOURCE}'s training stream: finish {RAW_SUBSET_SOURCE} "
+                               f"first (same --out), then run raw_subset")
+        steps = source["plan"]["max_steps"]
+        self.log(f"replaying {RAW_SUBSET_SOURCE}'s {steps} training batches to collect its raw views")
+        # Paths of this call, not of the one that trained proxy_spm (a device call's folders differ each time).
+        data = {**source["data"], "total_steps": steps, "artifacts_dir": str(path.parent / "data"),
+                "spm_model_file": str(self.out / SPM_FILE)}
+        dm = ProxyDataModule(**data)
+        dm.setup("fit")
+        symbols = raw_views_seen(dm.train_dataloader(), steps)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name("replay.tmp.npy")
+        np.save(tmp, symbols)
+        os.replace(tmp, path)
+        return path
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

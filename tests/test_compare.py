@@ -1,0 +1,324 @@
+"""The equal-compute comparison: budget accounting, token scoring, stability, replay, and a CPU smoke of all arms."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sysconfig
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxycomp.compare import ARMS, Budget, CompareError, CompareSpec, Comparison, build_spec, parse_arms, plan_arm
+from proxycomp.compare.evaluation import view_bpb
+from proxycomp.compare.replay import raw_views_seen
+from proxycomp.compare.spec import PRESET_DIR, load_preset, parse_assignment
+from proxycomp.compare.stability import compressor_stats, delete_characters, levenshtein
+from proxycomp.data import CorpusError, ProxyDataModule, ReplayStream, ScheduleError, StreamCursor
+from proxycomp.lit import ProxyLM
+from proxycomp.model import ModelConfig, Transformer
+from proxycomp.views import RawView, ViewConfig, serialize_views, train_spm
+from proxycomp.vocab import BOS, RAW_OFFSET, RAW_SIZE, SENTINELS
+
+TOOL = Path(__file__).resolve().parents[1] / "tools" / "compare_baselines.py"
+STDLIB_PACKAGES = ("json", "email", "http", "urllib", "logging", "concurrent", "importlib", "xml", "wsgiref", "html")
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory) -> Path:
+    """About 60 real stdlib modules of 0.2-12 KB, one folder per package."""
+    stdlib, root = Path(sysconfig.get_paths()["stdlib"]), tmp_path_factory.mktemp("corpus")
+    for package in STDLIB_PACKAGES:
+        for f in sorted((stdlib / package).rglob("*.py")):
+            if 200 <= f.stat().st_size <= 12_000:
+                target = root / f.relative_to(stdlib)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(f, target)
+    return root
+
+
+def _documents(corpus_dir: Path, n: int) -> list[bytes]:
+    return [p.read_bytes() for p in sorted(corpus_dir.rglob("*.py"))[:n]]
+
+
+# ---- stability ----------------------------------------------------------------------------------------------
+def _edit_distance_table(a, b) -> int:
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=70), st.lists(st.integers(0, 3), max_size=70))
+def test_levenshtein_matches_the_dynamic_programming_table(a, b):
+    assert levenshtein(a, b) == _edit_distance_table(a, b) == levenshtein(b, a)
+
+
+def test_delete_characters_drops_the_rate_of_whole_characters():
+    text = "é→ab\u2581c" * 50
+    out = delete_characters(text.encode(), 0.1, seed=3)
+    kept = out.decode("utf-8")  # whole characters go, so the rest stays valid UTF-8
+    assert len(kept) == len(text) - round(0.1 * len(text))
+    assert out == delete_characters(text.encode(), 0.1, seed=3) != delete_characters(text.encode(), 0.1, seed=4)
+    assert levenshtein(list(text), list(kept)) == len(text) - len(kept)
+    with pytest.raises(ValueError, match="rate"):
+        delete_characters(b"abc", 1.0, 0)
+
+
+def test_general_compressors_are_rewritten_by_small_edits_and_the_tokenizer_is_not(corpus_dir):
+    docs = _documents(corpus_dir, 40)
+    views = ViewConfig(("raw", "spm", "zstd"), 400).build(train_spm(docs[8:], 400, seed=0))
+    stats = compressor_stats(views, docs[:8], docs[:4], rate=0.1, seed=0)
+    assert stats["raw"]["bytes_per_symbol"] == 1.0 and stats["spm"]["bytes_per_symbol"] > 1.2
+    assert abs(stats["raw"]["edit_distance"] - 0.1) < 0.02  # deletions are the whole raw edit
+    assert stats["spm"]["edit_distance"] < 0.4 < 0.8 < stats["zstd"]["edit_distance"]
+
+
+# ---- budget -------------------------------------------------------------------------------------------------
+MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 2}
+
+
+@pytest.mark.parametrize("unit", ["flops", "symbols"])
+def test_every_arm_spends_the_budget_to_within_one_step(unit):
+    budget = Budget(3e9 if unit == "flops" else 4e5, unit)
+    for arm in ARMS.values():
+        plan = plan_arm(arm, budget, MODEL, 64, 4, 500)
+        spent = plan.flops if unit == "flops" else plan.symbols
+        step = plan.symbols_per_step * (plan.flops_per_symbol if unit == "flops" else 1)
+        assert spent <= budget.value < spent + step
+    byte, bpe = (plan_arm(ARMS[n], budget, MODEL, 64, 4, 500) for n in ("byte", "bpe"))
+    # A bigger head costs FLOPs: equal FLOPs means fewer steps for the token arm, equal symbols the same steps.
+    assert (bpe.max_steps < byte.max_steps) == (unit == "flops")
+
+
+def test_the_plan_counts_the_flops_proxylm_logs():
+    plan = plan_arm(ARMS["proxy_zstd"], Budget(1e10), MODEL, 64, 4, 500)
+    lm = ProxyLM(vocab_size=plan.vocab_size, max_seq_len=64, **MODEL)
+    assert lm.flops_per_symbol == plan.flops_per_symbol
+
+
+def test_bad_budgets_and_arm_lists_are_refused():
+    with pytest.raises(CompareError, match="buys no step"):
+        plan_arm(ARMS["byte"], Budget(1e3), MODEL, 64, 4, 500)
+    with pytest.raises(CompareError, match="budget-unit"):
+        Budget(1e9, "tokens")
+    with pytest.raises(CompareError, match="positive"):
+        Budget(0)
+    with pytest.raises(CompareError, match="known"):
+        parse_arms("byte,proxy_gzip")
+    with pytest.raises(CompareError, match="twice"):
+        parse_arms("byte,byte")
+    assert [a.name for a in parse_arms("raw_subset,proxy_spm")] == ["proxy_spm", "raw_subset"]
+
+
+# ---- token scoring ------------------------------------------------------------------------------------------
+def test_token_bpb_counts_every_target_after_the_prompt(corpus_dir):
+    docs = _documents(corpus_dir, 30)
+    view = ViewConfig(("raw", "spm"), 400).build(train_spm(docs, 400, seed=0))["spm"]
+    model = Transformer(ModelConfig(vocab_size=320 + 400, d_model=32, n_layers=1, n_heads=2, max_seq_len=4096))
+    doc = docs[0]
+    ids = torch.tensor(view.serialize(doc))
+    with torch.no_grad():
+        logits = model(ids[None, :-1])[0]
+    nats = torch.nn.functional.cross_entropy(logits[1:], ids[2:], reduction="sum")  # target 0 is the given <spm>
+    result = view_bpb(model, [doc], view, seq_len=4096, stride=4096)
+    assert result.bytes == len(doc)
+    assert result.bits_per_byte == pytest.approx(float(nats) / math.log(2) / len(doc), rel=1e-5)
+
+
+# ---- data: tokens schedule, replay stream -------------------------------------------------------------------
+def _dm(corpus_dir: Path, tmp_path: Path, **overrides) -> ProxyDataModule:
+    args = dict(source="folder", path=str(corpus_dir), views=["raw", "spm"], spm_vocab_size=400, seq_len=64,
+                batch_size=2, total_steps=20, val_fraction=0.1, num_workers=0, artifacts_dir=str(tmp_path / "art"))
+    return ProxyDataModule(**{**args, **overrides})
+
+
+def test_tokens_schedule_shows_only_the_compressed_view(corpus_dir, tmp_path):
+    dm = _dm(corpus_dir, tmp_path, schedule="tokens")
+    dm.setup("fit")
+    batches = [b for _, b in zip(range(6), dm.train_dataloader())] + list(dm.val_dataloader())
+    for batch in batches:
+        ids = batch["input_ids"]
+        assert not ((ids >= RAW_OFFSET) & (ids < RAW_OFFSET + RAW_SIZE)).any() and (ids >= dm.vocabulary.offset("spm")).any()
+    assert all(any((b["input_ids"] == SENTINELS["spm"][0]).any() for b in part) for part in (batches[:6], batches[6:]))
+    with pytest.raises(ScheduleError, match="one compressed view"):
+        _dm(corpus_dir, tmp_path, schedule="tokens", views=["raw", "spm", "zstd"])
+
+
+def test_data_module_refuses_missing_or_foreign_files(corpus_dir, tmp_path):
+    with pytest.raises(CorpusError, match="spm_model_file"):
+        _dm(corpus_dir, tmp_path, spm_model_file=str(tmp_path / "none.model")).spm_model
+    np.save(tmp_path / "foreign.npy", np.array([BOS, 5000, 2], dtype=np.int32))
+    for name in ("none.npy", "foreign.npy"):
+        dm = _dm(corpus_dir, tmp_path, views=["raw"], schedule="byte", replay_file=str(tmp_path / name))
+        dm.setup("fit")
+        with pytest.raises(CorpusError, match="replay_file"):
+            dm.train_dataloader()
+
+
+def _serialized(lengths: list[int], seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.concatenate([serialize_views([("raw", rng.integers(RAW_OFFSET, RAW_OFFSET + 256, n).astype(np.int32))])
+                           for n in lengths])
+
+
+def test_replay_stream_packs_the_stream_once_in_order_and_resumes():
+    symbols = _serialized([30, 5, 90, 12, 40])
+    stream = ReplayStream(symbols, seq_len=16, batch_size=3)
+    batches = list(stream)
+    assert len(batches) == stream.num_batches == math.ceil(math.ceil((len(symbols) - 1) / 16) / 3)
+    inputs = torch.cat([b["input_ids"].reshape(-1) for b in batches]).numpy()
+    assert (inputs[: len(symbols)] == symbols).all() and (inputs[len(symbols):] == 0).all()
+    positions = torch.cat([b["positions"].reshape(-1) for b in batches]).numpy()[: len(symbols) - 1]
+    assert (positions[symbols[:-1] == BOS] == 0).all()
+    resumed = list(ReplayStream(symbols, 16, 3, batches_consumed=2, cursors={0: StreamCursor(6, 0, 0)}))
+    assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(resumed, batches[2:]))
+    assert len(resumed) == len(batches) - 2
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_replay_collects_every_raw_symbol_the_proxy_stream_showed(corpus_dir, tmp_path, workers):
+    dm = _dm(corpus_dir, tmp_path, views=["raw", "zstd"], schedule="paper", num_workers=workers)
+    dm.setup("fit")
+    steps = 12
+    seen = [b for _, b in zip(range(steps), dm.train_dataloader())]
+    replay = raw_views_seen(iter(seen), steps)
+    raw_in_batches = sum(int(((b["input_ids"] >= RAW_OFFSET) & (b["input_ids"] < RAW_OFFSET + RAW_SIZE)).sum())
+                         for b in seen)
+    raw_in_replay = int(((replay >= RAW_OFFSET) & (replay < RAW_OFFSET + RAW_SIZE)).sum())
+    assert raw_in_replay == raw_in_batches > 0
+    # Whole raw views first, then (at most one per worker) the views the last step cut: a document's prefix.
+    docs = {d.data for d in dm.corpus.train}
+    texts = [RawView(RAW_OFFSET).decode(body[2:-2]) for body in np.split(replay, np.flatnonzero(replay == BOS)[1:])]
+    cut = max(1, workers)
+    assert all(text in docs for text in texts[:-cut])
+    assert all(any(doc.startswith(text) for doc in docs) for text in texts[-cut:])
+
+
+# ---- specs and the tool -------------------------------------------------------------------------------------
+def test_presets_parse_and_bad_fields_are_named(tmp_path):
+    presets = sorted(PRESET_DIR.glob("*.yaml"))
+    assert {p.stem for p in presets} >= {"cpu_smoke", "h200_small", "h200_base"}
+    for preset in presets:
+        build_spec(str(preset), {})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("budget: 1e9\nlayers: 3\n")
+    with pytest.raises(CompareError, match="bad.yaml: unknown field.*layers"):
+        load_preset(str(bad))
+    with pytest.raises(CompareError, match="no file"):
+        load_preset("h100_huge")
+    assert parse_assignment("max_documents=null") == ("max_documents", None)
+    assert parse_assignment("budget=3") == ("budget", 3.0)
+    with pytest.raises(CompareError, match="expected"):
+        parse_assignment("seq_len=long")
+    with pytest.raises(CompareError, match="model_size"):
+        CompareSpec(model_size="huge")
+
+
+def _tool(argv: list[str]) -> int:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compare_baselines", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main(argv)
+
+
+def test_tool_reports_bad_input_in_one_line(tmp_path, capsys):
+    cases = [
+        (["--arms", "byte,gzip"], "unknown"),
+        (["--budget", "0"], "positive"),
+        (["--arms", "raw_subset"], "add proxy_spm"),
+        (["--preset", "nope"], "known presets"),
+        (["--set", "seq_len=x"], "expected"),
+        (["--source", "folder", "--arms", "byte"], "needs data.path"),  # an error of the data layer
+    ]
+    for extra, message in cases:
+        assert _tool(["--out", str(tmp_path / "o"), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()  # progress lines may come first
+        assert message in err[-1] and err[-1].startswith("compare_baselines: error:")
+        assert not any("Traceback" in line for line in err)
+    assert _tool(["--out", str(tmp_path / "o"), "--preset", "h200_base", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 6 and all("steps" in line for line in lines[:5]) and "raw_subset" in lines[5]
+    assert _tool(["--out", str(tmp_path / "o"), "--resume-from", str(tmp_path / "none")]) == 2
+    assert "no results.json" in capsys.readouterr().err
+
+
+def test_results_from_other_settings_are_not_resumed(tmp_path):
+    Comparison(CompareSpec(budget=1e9), tmp_path).save()
+    Comparison(CompareSpec(budget=1e9, eval_batch_size=2), tmp_path)  # execution settings may change
+    with pytest.raises(CompareError, match=r"other settings \(budget: 1000000000.0 -> 2000000000.0\)"):
+        Comparison(CompareSpec(budget=2e9), tmp_path)
+
+
+# ---- the CPU smoke of the whole comparison ------------------------------------------------------------------
+class StopAtStep(L.Callback):
+    """Ends fit early, as an interrupted device call would."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True
+
+
+class InterruptedComparison(Comparison):
+    def fit_config(self, arm, plan, arm_dir):
+        config = super().fit_config(arm, plan, arm_dir)
+        config["trainer"]["callbacks"].append({"class_path": f"{__name__}.StopAtStep", "init_args": {"step": 10}})
+        return config
+
+
+@pytest.mark.slow
+def test_cpu_smoke_of_every_arm_at_equal_budget_with_resume(corpus_dir, tmp_path, capsys):
+    torch_threads = torch.get_num_threads()
+    spec = build_spec("cpu_smoke", {"source": "folder", "path": str(corpus_dir), "budget": 1.5e10,
+                                   "curve_points": 3, "curve_max_bytes": 6000, "eval_max_bytes": 12000,
+                                   "stats_documents": 4, "stats_max_doc_bytes": 4000})
+    try:
+        out = tmp_path / "full"
+        results = Comparison(spec, out).run(list(ARMS.values()))
+        arms = results["arms"]
+        assert all(a["status"] == "done" for a in arms.values()) and set(arms) == set(ARMS)
+        for name, a in arms.items():
+            step = a["plan"]["symbols_per_step"] * a["plan"]["flops_per_symbol"]
+            assert a["steps"] == a["plan"]["max_steps"] and len(a["curve"]) >= 3 and a["curve"][0]["step"] == 0
+            assert math.isfinite(a["val_bpb"]) and math.isfinite(a["val_bpb_perturbed"])
+            if name != "raw_subset":
+                assert a["flops"] <= spec.budget < a["flops"] + step
+        assert arms["raw_subset"]["symbols"] < arms["proxy_spm"]["symbols"]
+        assert set(results["compressors"]) == {"raw", "spm", "zstd", "brotli"}
+        table = (out / "results.md").read_text()
+        assert all(f"| {name} |" in table for name in ARMS)
+        assert (out / "bpb_vs_compute.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert json.loads((out / "results.json").read_text())["arms"] == arms
+
+        # A second call skips every finished arm.
+        capsys.readouterr()
+        again = Comparison(spec, out).run(list(ARMS.values()))
+        assert capsys.readouterr().err.count("done, skipped") == len(ARMS)
+        assert again["arms"] == arms
+
+        # An interrupted arm resumes from its last checkpoint and ends exactly where an uninterrupted one does.
+        cut = tmp_path / "cut"
+        with pytest.raises(CompareError, match="stopped at step 10"):
+            InterruptedComparison(spec, cut).run([ARMS["byte"]])
+        assert json.loads((cut / "results.json").read_text())["arms"]["byte"]["status"] == "running"
+        resumed = Comparison(spec, cut).run([ARMS["byte"]])["arms"]["byte"]
+        assert resumed["resumed"] and resumed["steps"] == arms["byte"]["steps"]
+        assert resumed["val_bpb"] == pytest.approx(arms["byte"]["val_bpb"], abs=1e-5)
+        steps, bpb = zip(*[(p["step"], p["val_bpb"]) for p in arms["byte"]["curve"]])
+        assert [p["step"] for p in resumed["curve"]] == list(steps)
+        assert [p["val_bpb"] for p in resumed["curve"]] == pytest.approx(bpb, abs=1e-5)
+    finally:
+        torch.set_num_threads(torch_threads)
