@@ -152,6 +152,8 @@ def install_audit_hook(workdir: str, candidate_dir: str, trusted_libs: tuple[str
             elif not _under(path, read_roots if mine else read_roots + system_roots):
                 refuse(f"file_read:{path}")
         elif event in WRITE_EVENTS:
+            if event == "os.mkdir" and os.path.isdir(args[0]):
+                return  # makedirs(exist_ok=True) of an existing dir (e.g. a library's cache root) changes nothing
             for target in args[:2]:
                 path = _real(target) if isinstance(target, (str, bytes, os.PathLike)) else None
                 if path and not _under(path, write_roots):

@@ -12,6 +12,7 @@ import math
 import os
 import struct
 import sys
+import tempfile
 
 HEADER = struct.Struct(">I")
 
@@ -75,6 +76,8 @@ def serve(in_fd: int, out_fd: int, workdir: str, memory_mb: int, cpu_s: int) -> 
     faulthandler.enable(file=sys.stderr)
     for sub in ("tasks", "candidates"):
         os.makedirs(os.path.join(workdir, sub), exist_ok=True)
+    # The fork server cached its own temp dir; Triton's compiler (ptxas temp files) must use this worker's.
+    tempfile.tempdir = None
 
     import numpy
     import torch
