@@ -126,3 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = " ".join(str(err).split())  # one line, whatever the library put in it
         print(f"proxycomp {command}: error: {message}", file=sys.stderr)
         return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
