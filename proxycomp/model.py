@@ -164,7 +164,9 @@ class Attention(nn.Module):
         self.wo = nn.Linear(config.n_heads * hd, config.d_model, bias=False)
         # Resolve the kernel once, so a missing backend fails at construction, not mid-run.
         if config.attn_backend == "triton":
-            self._flash_attention = _load_kernel("attention", "attn_backend").flash_attention
+            # Dynamo/Inductor would re-trace the Triton kernel and pass the softmax scale as fp64 (compile error on
+            # triton 3.6); the kernel is already fused, so torch.compile runs around it.
+            self._flash_attention = torch.compiler.disable(_load_kernel("attention", "attn_backend").flash_attention)
         elif config.attn_backend == "flash_attn":
             try:
                 from flash_attn import flash_attn_varlen_func

@@ -47,6 +47,8 @@ class Turn:
     hacks: tuple[str, ...] = ()  # names of the reward-hacking checks the candidate tripped
     feedback: str = ""
     logprobs: torch.Tensor | None = None  # rollout log-probs of the reply tokens, (n_reply_tokens,)
+    tokens: list[int] | None = None  # the policy's symbols of the reply, for re-scoring by the trainer
+    speedup: float | None = None  # reference time / candidate time; None when not timed (CPU) or failed
 
     @property
     def hacked(self) -> bool:
