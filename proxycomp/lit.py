@@ -142,7 +142,8 @@ class ProxyLM(L.LightningModule):
             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
         ]
         optimizer = torch.optim.AdamW(
-            groups, lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps, fused=self.device.type == "cuda"
+            # Not fused: Lightning refuses gradient clipping with optimizers that unscale internally.
+            groups, lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps, foreach=self.device.type == "cuda"
         )
         total = self.trainer.max_steps if self.trainer.max_steps > 0 else int(self.trainer.estimated_stepping_batches)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
