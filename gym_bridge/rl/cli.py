@@ -1,0 +1,221 @@
+"""`proxycomp rl`: warm start, held-out evaluation, RL, held-out evaluation again.
+
+    proxycomp rl --config recipes/rl/trloo_kernel.yaml --ckpt RUN/checkpoints/last.ckpt [--out DIR] [--resume]
+                 [--algorithm.estimator grpo] [--steps 50] [...any config field...]
+
+The config is the `RLConfig` dataclass tree, read from YAML by jsonargparse; any field can be overridden
+on the command line with its dotted name. An unknown key is a one-line error naming it. On CPU the gym's
+Triton kernels run in the interpreter (TRITON_INTERPRET=1 is set for the workers).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..config import SIZES, EvalConfig
+from ..evaluator import Evaluator
+from ..policy import ByteLMPolicy
+from ..pool import LocalPool
+from ..tasks import TaskError, load_task
+from .evaluation import EvalRow, EvaluationConfig, evaluate_policy, format_table
+from .rollout import RolloutConfig
+from .trainer import AlgorithmConfig, RLTrainer
+from .warmstart import WarmStartConfig, build_corpus, corpus_examples, load_corpus, save_corpus, warm_start
+
+USAGE = __doc__.split("\n\n")[1]
+
+
+@dataclass
+class GymSettings:
+    size: str = "cpu"  # problem size of the training episodes: cpu, gpu (gpu_heldout is for evaluation)
+    workers: int | None = None  # gym worker processes; None: one per GPU, else 1
+    correct_trials: int = 3
+    timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.size not in SIZES:
+            raise ValueError(f"gym.size: {self.size!r} is not one of {', '.join(SIZES)}")
+
+
+@dataclass
+class FabricSettings:
+    accelerator: str = "auto"
+    precision: str | None = None  # None: bf16-mixed on CUDA, 32-true on CPU
+
+
+def _default_tasks() -> list[str]:
+    return ["relu", "silu"]
+
+
+@dataclass
+class RLConfig:
+    tasks: list[str] = field(default_factory=_default_tasks)  # train tasks (shipped names or task file paths)
+    steps: int = 20  # RL steps (rollout + update each)
+    tasks_per_step: int = 2
+    seed: int = 0
+    save_every: int = 5
+    max_context: int | None = None  # most prompt + reply symbols; None: the model's max_seq_len
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    gym: GymSettings = field(default_factory=GymSettings)
+    fabric: FabricSettings = field(default_factory=FabricSettings)
+
+
+class RLConfigError(ValueError):
+    """Bad config, paths or command-line flags."""
+
+
+def _parser():
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(prog="proxycomp rl", description="Multi-turn kernel RL (TRLOO) in the embedded gym.",
+                            exit_on_error=False)
+    parser.add_argument("--config", action="config", help="a YAML file of RLConfig fields (recipes/rl/*.yaml)")
+    parser.add_argument("--ckpt", required=True, help="the initial policy: a .ckpt written by `proxycomp fit`")
+    parser.add_argument("--out", default="runs/rl", help="run folder: metrics, checkpoints, corpus, eval tables")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.ckpt")
+    parser.add_class_arguments(RLConfig, None)
+    return parser
+
+
+def parse_config(argv: Sequence[str]) -> tuple[RLConfig, Path, Path, bool]:
+    """(config, ckpt, out dir, resume); bad input raises RLConfigError with one line."""
+    from jsonargparse import ArgumentError
+
+    parser = _parser()
+    try:
+        namespace = parser.instantiate(parser.parse_args(list(argv)))
+    except ArgumentError as err:
+        raise RLConfigError(" ".join(str(err).split())) from None
+    except (ValueError, TypeError, KeyError) as err:  # a dataclass __post_init__ refused its values
+        raise RLConfigError(" ".join(str(err).strip("'\"").split())) from None
+    config = RLConfig(**{f.name: namespace[f.name] for f in dataclasses.fields(RLConfig)})
+    return config, Path(namespace.ckpt), Path(namespace.out), bool(namespace.resume)
+
+
+def _warm_start(config: RLConfig, fabric, policy: ByteLMPolicy, tasks: list, gym: Evaluator, out_dir: Path) -> None:
+    """Build (or reload) the corpus, train on it, save the result to OUT/warmstart/model.ckpt."""
+    corpus_path = out_dir / "warmstart" / "corpus.jsonl"
+    if corpus_path.is_file():
+        variants = load_corpus(corpus_path)
+    else:
+        variants = build_corpus(tasks, gym)
+        save_corpus(variants, corpus_path)
+    examples = corpus_examples(variants, tasks, config.rollout.instructions, config.rollout.prompt_max_bytes)
+    longest = max(len(e.reply.encode()) for e in examples)
+    if longest >= config.rollout.max_bytes:
+        raise RLConfigError(f"rollout.max_bytes={config.rollout.max_bytes} cannot hold the longest warm-start "
+                            f"reply ({longest} bytes); raise it or drop the task with the longest solution")
+    kinds = {k: sum(e.kind == k for e in examples) for k in ("first_turn", "first_turn_broken", "fix")}
+    print(f"warm start: {len(variants)} variants, examples {kinds}", flush=True)
+    settings = config.warmstart
+    optimizer = fabric.setup_optimizers(torch.optim.AdamW(
+        policy.module.parameters(), lr=settings.lr, weight_decay=settings.weight_decay))
+
+    def sft_step(loss: torch.Tensor) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        fabric.backward(loss)
+        fabric.clip_gradients(policy.module, optimizer, max_norm=settings.grad_clip)
+        optimizer.step()
+
+    warm_start(policy, examples, settings, step_fn=sft_step, generator=torch.Generator().manual_seed(config.seed),
+               log=lambda step, loss: print(f"warm start step {step:>4}  nll/byte {loss:.4f}", flush=True))
+    fabric.save(out_dir / "warmstart" / "model.ckpt", {"model": policy.module})
+
+
+def _evaluate(config: RLConfig, policy: ByteLMPolicy, evaluator, tasks: list, phase: str) -> list[dict]:
+    rows = []
+    for size in config.evaluation.sizes:
+        rows += [dataclasses.asdict(r) for r in evaluate_policy(
+            policy, evaluator(size), size, tasks, config.rollout, config.evaluation, phase)]
+    return rows
+
+
+def run(config: RLConfig, ckpt: Path, out_dir: Path, resume: bool) -> int:
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before any gym worker starts
+    from lightning.fabric import Fabric
+
+    from proxycomp.checkpoint import AtomicCheckpointIO, load_lm
+
+    checkpoint = out_dir / "checkpoints" / "last.ckpt"
+    if resume and not checkpoint.is_file():
+        raise RLConfigError(f"--resume: no checkpoint at {checkpoint}; run without --resume to start")
+    if not resume and checkpoint.exists():
+        raise RLConfigError(f"--out {out_dir} already holds a run; pass --resume to continue it "
+                            "or choose another --out")
+    tasks = [load_task(name) for name in config.tasks]
+    eval_tasks = [load_task(name) for name in (config.evaluation.tasks or config.tasks)]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
+
+    precision = config.fabric.precision or ("bf16-mixed" if torch.cuda.is_available() else "32-true")
+    fabric = Fabric(accelerator=config.fabric.accelerator, devices=1, precision=precision,
+                    plugins=[AtomicCheckpointIO()])
+    fabric.seed_everything(config.seed)
+    module = fabric.setup_module(load_lm(ckpt).model.train())
+    policy = ByteLMPolicy(module, max_context=config.max_context)
+    pool = LocalPool(num_workers=config.gym.workers)
+
+    def evaluator(size: str) -> Evaluator:  # one pool serves every problem size
+        return Evaluator(pool, EvalConfig(size=size, correct_trials=config.gym.correct_trials,
+                                          timeout_s=config.gym.timeout_s))
+
+    try:
+        train_gym = evaluator(config.gym.size)
+        warm_model = out_dir / "warmstart" / "model.ckpt"
+        if not resume and warm_model.is_file():
+            fabric.load(warm_model, {"model": module})
+            print(f"warm start: reusing {warm_model}", flush=True)
+        elif not resume and config.warmstart.steps > 0:
+            _warm_start(config, fabric, policy, tasks, train_gym, out_dir)
+        optimizer = fabric.setup_optimizers(torch.optim.AdamW(
+            module.parameters(), lr=config.algorithm.lr, weight_decay=config.algorithm.weight_decay))
+        trainer = RLTrainer(fabric=fabric, policy=policy, optimizer=optimizer, evaluator=train_gym, tasks=tasks,
+                            rollout=config.rollout, algorithm=config.algorithm, out_dir=out_dir,
+                            tasks_per_step=config.tasks_per_step, seed=config.seed, save_every=config.save_every)
+        before_path = out_dir / "eval_before.json"
+        if resume:
+            trainer.load(checkpoint)
+            print(f"resumed at step {trainer.step} from {checkpoint}", flush=True)
+        if resume and before_path.is_file():  # a fresh run re-measures: its config may differ
+            rows_before = json.loads(before_path.read_text())
+        else:
+            rows_before = _evaluate(config, policy, evaluator, eval_tasks, "before RL")
+            before_path.write_text(json.dumps(rows_before))
+        trainer.fit(config.steps)
+        rows_after = _evaluate(config, policy, evaluator, eval_tasks, f"after {trainer.step} steps")
+    finally:
+        pool.close()
+    table = format_table([EvalRow(**r) for r in rows_before + rows_after])
+    (out_dir / "eval.md").write_text(table + "\n")
+    print(table, flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        print(USAGE)
+        return 2
+    from proxycomp.checkpoint import CheckpointError
+
+    try:
+        config, ckpt, out_dir, resume = parse_config(argv)
+        return run(config, ckpt, out_dir, resume)
+    except (RLConfigError, TaskError, CheckpointError) as err:
+        print(f"proxycomp rl: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

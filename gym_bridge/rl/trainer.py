@@ -1,0 +1,326 @@
+"""The RL loop: rollout in the gym, turn-level returns and advantages, PRS, mismatch correction, and a
+clipped policy-gradient update, alternating; with atomic checkpoints, resume and per-step metrics.
+
+A custom loop on Lightning Fabric (device, precision, checkpoint I/O), single device. One step:
+
+1. ``rollout.samples_per_task`` multi-turn trajectories for each of ``tasks_per_step`` train tasks;
+2. reward-to-go (γ) per turn, advantages by the configured estimator over (task, turn) groups;
+3. PRS drops correct turns whose Triton coverage is too low (turns with unknown coverage are kept);
+4. the trainer re-scores every kept turn (π_old); mismatch correction compares that with the rollout
+   log-probs per trajectory and rejects (and/or TIS-reweights) rows;
+5. ``updates_per_step`` optimizer steps on the clipped loss (+ optional KL to the initial policy).
+
+Sampling and PRS draw from generators seeded by (seed, step), so a resumed run repeats the same step.
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric import Fabric
+
+from ..evaluator import Evaluator
+from ..policy import ByteLMPolicy
+from ..tasks import Task
+from .advantages import get_estimator
+from .episode import Trajectory, stack_turns
+from .loss import PolicyLossConfig, policy_loss
+from .mismatch import MismatchConfig, correct_mismatch
+from .prs import PRSConfig, profiling_rejection
+from .returns import reward_to_go
+from .rollout import RolloutConfig, run_episodes
+
+FAST_THRESHOLDS = (1.0, 1.2)
+METRIC_COLUMNS = (
+    "step", "reward/mean", "reward/turn0", "reward/final", "correct/turn0", "correct/final", "fast@1", "fast@1.2",
+    "coverage/mean", "hack_rate", "turns/mean", "prs/rejection_rate", "mismatch/rejection_rate", "loss/total",
+    "loss/entropy", "loss/approx_kl", "grad_norm", "time/rollout_s", "time/update_s",
+)
+
+
+@dataclass
+class AlgorithmConfig:
+    estimator: str = "trloo"  # any registered estimator: trloo, grpo, rloo
+    gamma: float = 1.0  # reward-to-go discount over turns
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    updates_per_step: int = 1  # optimizer steps on each rollout batch
+    micro_batch: int = 8  # rows (turns) per forward/backward; gradients accumulate over them
+    loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    prs: PRSConfig | None = field(default_factory=PRSConfig)  # None disables PRS
+    mismatch: MismatchConfig = field(default_factory=MismatchConfig)
+
+    def __post_init__(self) -> None:
+        get_estimator(self.estimator)  # unknown names fail here, with the known ones listed
+        if self.lr <= 0 or self.grad_clip <= 0 or self.updates_per_step < 1 or self.micro_batch < 1:
+            raise ValueError("algorithm: need lr > 0, grad_clip > 0, updates_per_step >= 1 and micro_batch >= 1")
+
+
+@dataclass
+class RLBatch:
+    """The kept turns of one rollout as rows."""
+
+    prompts: list[str]
+    tokens: list[list[int]]
+    logp_rollout: torch.Tensor  # (B, L), 0 past each reply
+    advantages: torch.Tensor  # (B,)
+    traj_ids: torch.Tensor  # (B,)
+    stats: dict[str, float]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+def _pad(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True) if rows else torch.zeros(0, 0)
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Reward, correctness, fast@p (final turn, correct and speedup > p; untimed counts as not fast),
+    coverage, hack rate and episode length."""
+    turns = [t for traj in trajectories for t in traj.turns]
+    finals = [traj.turns[-1] for traj in trajectories]
+    firsts = [traj.turns[0] for traj in trajectories]
+    covered = [t.coverage for t in turns if t.coverage is not None]
+
+    def mean(values: Sequence[float]) -> float:
+        return sum(values) / len(values) if values else math.nan
+
+    metrics = {
+        "reward/mean": mean([t.reward for t in turns]),
+        "reward/turn0": mean([t.reward for t in firsts]),
+        "reward/final": mean([t.reward for t in finals]),
+        "correct/turn0": mean([float(t.correct) for t in firsts]),
+        "correct/final": mean([float(t.correct) for t in finals]),
+        "coverage/mean": mean(covered),
+        "hack_rate": mean([float(t.hacked) for t in turns]),
+        "turns/mean": mean([len(traj.turns) for traj in trajectories]),
+    }
+    for p in FAST_THRESHOLDS:
+        fast = [float(t.correct and not t.hacked and t.speedup is not None and t.speedup > p) for t in finals]
+        metrics[f"fast@{p:g}"] = mean(fast)
+    return metrics
+
+
+def make_batch(
+    trajectories: Sequence[Trajectory], config: AlgorithmConfig, generator: torch.Generator | None = None
+) -> RLBatch:
+    """Returns, advantages and PRS over the turns; one row per kept turn."""
+    turns = stack_turns(trajectories)
+    returns = reward_to_go(turns.rewards, turns.turn_mask, config.gamma)
+    advantages = get_estimator(config.estimator)(returns, turns.turn_mask, turns.group_ids)
+    stats: dict[str, float] = {"advantage/abs_mean": float(advantages[turns.turn_mask].abs().mean())}
+    keep = turns.turn_mask
+    if config.prs is not None:
+        prs = profiling_rejection(turns.correct, turns.hacked, turns.coverage, turn_mask=turns.turn_mask,
+                                  config=config.prs, generator=generator)
+        keep = prs.keep
+        stats.update({k: float(v) for k, v in prs.stats.items()})
+    rows = [(i, t) for i, traj in enumerate(trajectories) for t in range(len(traj.turns)) if keep[i, t]]
+    for i, t in rows:
+        turn = trajectories[i].turns[t]
+        if turn.tokens is None or turn.logprobs is None:
+            raise ValueError(f"trajectory {i} turn {t}: no tokens/log-probs recorded; roll out with run_episodes")
+    return RLBatch(
+        prompts=[trajectories[i].turns[t].prompt for i, t in rows],
+        tokens=[list(trajectories[i].turns[t].tokens) for i, t in rows],
+        logp_rollout=_pad([trajectories[i].turns[t].logprobs for i, t in rows]),
+        advantages=torch.tensor([float(advantages[i, t]) for i, t in rows], dtype=torch.float32),
+        traj_ids=torch.tensor([i for i, _ in rows], dtype=torch.long),
+        stats=stats,
+    )
+
+
+class PolicyUpdater:
+    """The optimizer side: π_old scoring, mismatch correction and clipped updates on an `RLBatch`."""
+
+    def __init__(self, fabric: Fabric, policy: ByteLMPolicy, optimizer: torch.optim.Optimizer,
+                 config: AlgorithmConfig, temperature: float, reference: ByteLMPolicy | None = None) -> None:
+        if config.loss.kl_coef > 0 and reference is None:
+            raise ValueError("algorithm.loss.kl_coef > 0 needs the initial policy as reference")
+        self.fabric, self.policy, self.optimizer = fabric, policy, optimizer
+        self.config, self.temperature, self.reference = config, temperature, reference
+
+    def _chunks(self, n: int) -> list[slice]:
+        size = self.config.micro_batch
+        return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+    @torch.no_grad()
+    def _score_detached(self, policy: ByteLMPolicy, batch: RLBatch, width: int) -> torch.Tensor:
+        parts = []
+        for s in self._chunks(len(batch)):
+            lp = policy.score(batch.prompts[s], batch.tokens[s], self.temperature).logprobs
+            parts.append(torch.nn.functional.pad(lp, (0, width - lp.shape[1])))
+        return torch.cat(parts).cpu()
+
+    def _chunk_weight(self, mask: torch.Tensor, s: slice) -> float:
+        """Share of the whole batch's normaliser held by a chunk, so accumulated chunks equal one big batch."""
+        if self.config.loss.aggregation == "token-mean":
+            return float(mask[s].sum()) / max(float(mask.sum()), 1.0)
+        return float(mask[s].any(dim=1).sum()) / max(float(mask.any(dim=1).sum()), 1.0)
+
+    def update(self, batch: RLBatch) -> dict[str, float]:
+        if len(batch) == 0:
+            return {"update/skipped": 1.0}
+        width = batch.logp_rollout.shape[1]
+        lengths = torch.tensor([len(t) for t in batch.tokens])
+        token_mask = torch.arange(width)[None, :] < lengths[:, None]
+        logp_old = self._score_detached(self.policy, batch, width)
+        mismatch = correct_mismatch(logp_old, batch.logp_rollout, token_mask, traj_ids=batch.traj_ids,
+                                    config=self.config.mismatch)
+        stats = {k: float(v) for k, v in mismatch.stats.items()}
+        train_mask = mismatch.token_mask
+        if not train_mask.any():
+            return stats | {"update/skipped": 1.0}
+        logp_ref = self._score_detached(self.reference, batch, width) if self.config.loss.kl_coef > 0 else None
+        device = self.fabric.device
+        totals: dict[str, float] = {}
+        for _ in range(self.config.updates_per_step):
+            self.optimizer.zero_grad(set_to_none=True)
+            for s in self._chunks(len(batch)):
+                weight = self._chunk_weight(train_mask, s)
+                if weight == 0.0:
+                    continue
+                scored = self.policy.score(batch.prompts[s], batch.tokens[s], self.temperature)
+                chunk_width = scored.logprobs.shape[1]
+
+                def cut(x: torch.Tensor | None) -> torch.Tensor | None:
+                    return None if x is None else x[s, :chunk_width].to(device)
+
+                out = policy_loss(
+                    scored.logprobs, cut(logp_old), batch.advantages[s].to(device), cut(train_mask),
+                    is_weights=cut(mismatch.weights), logp_ref=cut(logp_ref), entropy=scored.entropy,
+                    config=self.config.loss,
+                )
+                self.fabric.backward(out.loss * weight)
+                for key, value in out.stats.items():
+                    totals[key] = totals.get(key, 0.0) + float(value) * weight / self.config.updates_per_step
+            grad_norm = self.fabric.clip_gradients(self.policy.module, self.optimizer, max_norm=self.config.grad_clip)
+            self.optimizer.step()
+            totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(grad_norm) / self.config.updates_per_step
+        return stats | totals | {"update/skipped": 0.0}
+
+
+class MetricsLog:
+    """One JSON line (all metrics) and one CSV row (METRIC_COLUMNS) per step, appended, plus a stdout line."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.jsonl = out_dir / "metrics.jsonl"
+        self.csv = out_dir / "metrics.csv"
+
+    def write(self, metrics: dict[str, Any]) -> None:
+        # NaN (e.g. coverage on CPU, where nothing is profiled) becomes null: strict JSON readers reject NaN.
+        plain = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in metrics.items()}
+        with self.jsonl.open("a") as fh:
+            fh.write(json.dumps(plain) + "\n")
+        new = not self.csv.exists()
+        with self.csv.open("a", newline="") as fh:
+            writer = csv.writer(fh)
+            if new:
+                writer.writerow(METRIC_COLUMNS)
+            writer.writerow([_fmt(metrics.get(c)) for c in METRIC_COLUMNS])
+        shown = ("reward/mean", "correct/turn0", "correct/final", "fast@1.2", "prs/rejection_rate",
+                 "mismatch/rejection_rate", "loss/total", "loss/entropy")
+        print(f"step {metrics['step']:>4}  " + "  ".join(f"{k} {_fmt(metrics.get(k))}" for k in shown), flush=True)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def step_generator(seed: int, step: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator for one step's draws: a resumed run repeats the step exactly."""
+    return torch.Generator(device=device).manual_seed(seed * 1_000_003 + step)
+
+
+class RLTrainer:
+    """Alternates rollout and update for ``steps`` steps; checkpoints to ``out_dir/checkpoints/last.ckpt``."""
+
+    def __init__(
+        self,
+        *,
+        fabric: Fabric,
+        policy: ByteLMPolicy,
+        optimizer: torch.optim.Optimizer,
+        evaluator: Evaluator,
+        tasks: Sequence[Task],
+        rollout: RolloutConfig,
+        algorithm: AlgorithmConfig,
+        out_dir: Path,
+        tasks_per_step: int,
+        seed: int,
+        save_every: int,
+    ) -> None:
+        if not tasks:
+            raise ValueError("tasks: no train tasks")
+        if tasks_per_step < 1:
+            raise ValueError(f"tasks_per_step: must be >= 1, got {tasks_per_step}")
+        self.fabric, self.policy, self.optimizer, self.evaluator = fabric, policy, optimizer, evaluator
+        self.tasks, self.rollout, self.algorithm = list(tasks), rollout, algorithm
+        self.out_dir, self.tasks_per_step, self.seed, self.save_every = Path(out_dir), tasks_per_step, seed, save_every
+        self.reference: ByteLMPolicy | None = None
+        if algorithm.loss.kl_coef > 0:
+            frozen = copy.deepcopy(policy.module).requires_grad_(False)
+            self.reference = ByteLMPolicy(frozen, max_context=policy.max_context)
+        self.updater = PolicyUpdater(fabric, policy, optimizer, algorithm, rollout.temperature, self.reference)
+        self.step = 0
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.log = MetricsLog(self.out_dir)
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.out_dir / "checkpoints" / "last.ckpt"
+
+    def _state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"model": self.policy.module, "optimizer": self.optimizer, "step": self.step}
+        if self.reference is not None:
+            state["reference"] = self.reference.module
+        return state
+
+    def save(self) -> None:
+        self.fabric.save(self.checkpoint_path, self._state())
+
+    def load(self, path: Path) -> None:
+        state = self._state()
+        self.fabric.load(path, state)  # restores modules and the optimizer in place, plain values into `state`
+        self.step = int(state["step"])
+
+    def tasks_for_step(self, step: int) -> list[Task]:
+        """A deterministic rotation over the train tasks."""
+        n = len(self.tasks)
+        return [self.tasks[(step * self.tasks_per_step + k) % n] for k in range(min(self.tasks_per_step, n))]
+
+    def train_step(self) -> dict[str, float]:
+        started = time.monotonic()
+        device = self.fabric.device
+        trajectories = run_episodes(self.policy, self.evaluator, self.tasks_for_step(self.step), self.rollout,
+                                    generator=step_generator(self.seed, self.step, device))
+        rolled = time.monotonic()
+        batch = make_batch(trajectories, self.algorithm, step_generator(self.seed + 1, self.step))
+        update_stats = self.updater.update(batch)
+        self.step += 1
+        metrics = {"step": self.step, **rollout_metrics(trajectories), **batch.stats, **update_stats,
+                   "time/rollout_s": rolled - started, "time/update_s": time.monotonic() - rolled}
+        self.log.write(metrics)
+        return metrics
+
+    def fit(self, steps: int) -> list[dict[str, float]]:
+        history = []
+        while self.step < steps:
+            history.append(self.train_step())
+            if self.step % self.save_every == 0 or self.step == steps:
+                self.save()
+        return history

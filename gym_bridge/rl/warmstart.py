@@ -1,0 +1,233 @@
+"""Supervised warm start: a kernel corpus built from the shipped solutions, and training on it.
+
+A small policy cannot write Triton from scratch, so RL starts from a model that has seen kernels for the
+train tasks. The corpus holds, per task, the shipped solution and mechanical variants of it:
+
+- *correct* variants: other block sizes and ``num_warps`` values (kept only if the gym finds them correct);
+- *broken* variants: a dropped store mask, an off-by-one offset, a wrong op (kept only if the gym finds
+  them incorrect or failing, never flagged), each with the gym's real feedback.
+
+Examples are (prompt, reply) pairs in the episode format: first-turn examples (reference -> code) and fix
+examples (reference + broken code + its feedback -> the correct code it was broken from), like cold-start
+trajectories that contain failed attempts and their repairs. ``first_turn_broken_share`` puts broken code
+among the first-turn replies too, so the warm-started policy is sometimes wrong on the first turn and RL
+has something to fix. The loss is next-symbol cross-entropy on reply symbols only.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import Candidate
+from ..evaluator import Evaluator
+from ..policy import Policy
+from ..tasks import Task
+from .episode import DEFAULT_INSTRUCTIONS, Trajectory, Turn, first_prompt, next_prompt
+
+CORRECT_KINDS = ("solution", "block", "num_warps")
+BROKEN_KINDS = ("dropped_mask", "wrong_offset", "wrong_op")
+
+_BLOCK_CONST = re.compile(r"^(BLOCK\w*) = (\d+)$", re.M)
+_NUM_WARPS = re.compile(r"num_warps=(\d+)")
+_MASKED_STORE = re.compile(r"(tl\.store\([^\n]*?), mask=[\w<>= ]+\)")
+_LOAD_POINTER = re.compile(r"tl\.load\((\w+) \+ (\w+)")
+# (pattern, replacement): the first rule that matches the solution makes its wrong-op variant.
+_WRONG_OPS = (
+    (re.compile(r"tl\.where\((\w+) > 0"), r"tl.where(\1 < 0"),
+    (re.compile(r"tl\.sigmoid\("), "tl.exp("),
+    (re.compile(r"tl\.maximum\("), "tl.minimum("),
+    (re.compile(r"tl\.exp\("), "tl.exp2("),
+    (re.compile(r"tl\.sum\("), "tl.max("),
+    (re.compile(r"tl\.max\("), "tl.min("),
+)
+
+
+@dataclass
+class Variant:
+    task: str
+    kind: str  # one of CORRECT_KINDS or BROKEN_KINDS
+    code: str
+    base: str  # the correct code this variant was made from (itself for correct kinds)
+    status: str = ""  # the gym's verdict, filled by build_corpus
+    feedback: str = ""
+
+    @property
+    def broken(self) -> bool:
+        return self.kind in BROKEN_KINDS
+
+
+@dataclass
+class Example:
+    prompt: str
+    reply: str
+    kind: str  # "first_turn", "first_turn_broken" or "fix"
+
+
+@dataclass
+class WarmStartConfig:
+    steps: int = 0  # optimizer steps; 0 skips the warm start
+    batch_size: int = 8
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    fix_share: float = 0.4  # share of fix examples in a batch
+    first_turn_broken_share: float = 0.0  # share of broken code among the first-turn replies
+    log_every: int = 10
+
+    def __post_init__(self) -> None:
+        if self.steps < 0 or self.batch_size < 1 or self.lr <= 0 or self.log_every < 1:
+            raise ValueError("warmstart: need steps >= 0, batch_size >= 1, lr > 0 and log_every >= 1")
+        for name in ("fix_share", "first_turn_broken_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"warmstart.{name}: must be in [0, 1], got {getattr(self, name)}")
+
+
+def reply_text(code: str) -> str:
+    """A reply as the policy should write it: the code in one ```python block."""
+    return f"```python\n{code.strip()}\n```"
+
+
+def code_variants(task: str, solution: str) -> list[Variant]:
+    """The solution and every variant the rewrite rules apply to (unchecked: the gym decides)."""
+    variants = [Variant(task, "solution", solution, solution)]
+    for match in _BLOCK_CONST.finditer(solution):
+        value = int(match.group(2))
+        for new in (value // 2, value * 2):
+            if new >= 16:
+                code = solution[:match.start(2)] + str(new) + solution[match.end(2):]
+                variants.append(Variant(task, "block", code, code))
+    warps = {int(w) for w in _NUM_WARPS.findall(solution)}
+    for new in sorted({2, 4, 8} - warps)[:2]:
+        code = _NUM_WARPS.sub(f"num_warps={new}", solution)
+        variants.append(Variant(task, "num_warps", code, code))
+    broken = {
+        "dropped_mask": _MASKED_STORE.sub(r"\1)", solution, count=1),
+        # Shift only the first load: shifting load and store alike would leave a result that is merely moved.
+        "wrong_offset": _LOAD_POINTER.sub(r"tl.load(\1 + \2 + 1", solution, count=1),
+    }
+    for pattern, replacement in _WRONG_OPS:
+        if pattern.search(solution):
+            broken["wrong_op"] = pattern.sub(replacement, solution, count=1)
+            break
+    variants += [Variant(task, kind, code, solution) for kind, code in broken.items() if code != solution]
+    return variants
+
+
+def build_corpus(tasks: Sequence[Task], evaluator: Evaluator) -> list[Variant]:
+    """Variants of each task's shipped solution, labelled by the gym in one batch.
+
+    Correct kinds are kept when the gym finds them correct, broken kinds when it finds them incorrect or
+    failing without a hacking verdict. A shipped solution the gym rejects is an error (the corpus would
+    teach wrong code).
+    """
+    variants = []
+    for task in tasks:
+        if task.solution_path is None:
+            raise ValueError(f"warm start: task {task.name!r} has no shipped solution; pick train tasks that do")
+        variants += code_variants(task.name, task.solution_path.read_text())
+    paths = {task.name: str(task.path) for task in tasks}
+    results = evaluator.submit([Candidate(paths[v.task], v.code, f"{v.task}:{v.kind}:{i}")
+                                for i, v in enumerate(variants)])
+    kept = []
+    for variant, result in zip(variants, results):
+        variant.status, variant.feedback = result.status, result.feedback()
+        if variant.kind == "solution" and not result.correct:
+            raise RuntimeError(f"warm start: the shipped solution of {variant.task!r} fails in the gym "
+                               f"({result.status}: {result.reason}); fix the solution or drop the task")
+        if result.correct != variant.broken and not result.hacks:
+            kept.append(variant)
+    return kept
+
+
+def save_corpus(variants: Sequence[Variant], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(asdict(v)) + "\n" for v in variants))
+    tmp.replace(path)
+
+
+def load_corpus(path: Path) -> list[Variant]:
+    variants = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            variants.append(Variant(**json.loads(line)))
+        except (json.JSONDecodeError, TypeError) as err:
+            raise ValueError(f"{path}:{number}: not a corpus record ({err}); delete the file to rebuild it") from None
+    return variants
+
+
+def corpus_examples(
+    variants: Sequence[Variant],
+    tasks: Sequence[Task],
+    instructions: str = DEFAULT_INSTRUCTIONS,
+    prompt_max_bytes: int | None = None,
+) -> list[Example]:
+    """First-turn examples for every variant and a fix example for every broken one."""
+    sources = {task.name: task.source for task in tasks}
+    examples = []
+    for v in variants:
+        source = sources[v.task]
+        opening = first_prompt(source, instructions, max_bytes=prompt_max_bytes)
+        examples.append(Example(opening, reply_text(v.code), "first_turn_broken" if v.broken else "first_turn"))
+        if v.broken:
+            history = Trajectory(v.task, source, [Turn(opening, reply_text(v.code), code=v.code)])
+            fix_prompt = next_prompt(history, v.feedback, instructions, max_bytes=prompt_max_bytes)
+            examples.append(Example(fix_prompt, reply_text(v.base), "fix"))
+    return examples
+
+
+def example_weights(examples: Sequence[Example], config: WarmStartConfig) -> torch.Tensor:
+    """Sampling weight per example so the kinds get the configured shares (a missing kind gives its share away)."""
+    shares = {
+        "fix": config.fix_share,
+        "first_turn": (1 - config.fix_share) * (1 - config.first_turn_broken_share),
+        "first_turn_broken": (1 - config.fix_share) * config.first_turn_broken_share,
+    }
+    counts = {kind: sum(e.kind == kind for e in examples) for kind in shares}
+    weights = torch.tensor([shares[e.kind] / counts[e.kind] for e in examples], dtype=torch.float64)
+    if weights.sum() <= 0:
+        raise ValueError("warmstart: the configured shares give every corpus example weight 0; "
+                         "raise warmstart.fix_share or lower warmstart.first_turn_broken_share")
+    return weights
+
+
+def batches(
+    examples: Sequence[Example], config: WarmStartConfig, generator: torch.Generator
+) -> Iterator[list[Example]]:
+    weights = example_weights(examples, config)
+    while True:
+        picks = torch.multinomial(weights, config.batch_size, replacement=True, generator=generator)
+        yield [examples[i] for i in picks.tolist()]
+
+
+def reply_nll(policy: Policy, batch: Sequence[Example]) -> torch.Tensor:
+    """Mean negative log-likelihood per reply symbol (prompt symbols carry no loss)."""
+    scored = policy.score([e.prompt for e in batch], [policy.encode_reply(e.reply) for e in batch], temperature=1.0)
+    return -(scored.logprobs * scored.mask).sum() / scored.mask.sum().clamp(min=1)
+
+
+def warm_start(
+    policy: Policy,
+    examples: Sequence[Example],
+    config: WarmStartConfig,
+    *,
+    step_fn: Callable[[torch.Tensor], None],
+    generator: torch.Generator,
+    log: Callable[[int, float], None] = lambda step, loss: None,
+) -> list[float]:
+    """``config.steps`` supervised steps; ``step_fn(loss)`` does backward, clipping and the optimizer step."""
+    if not examples:
+        raise ValueError("warm start: the corpus has no examples; check the train tasks' solutions")
+    losses = []
+    for step, batch in zip(range(config.steps), batches(examples, config, generator)):
+        loss = reply_nll(policy, batch)
+        step_fn(loss)
+        losses.append(float(loss.detach()))
+        if (step + 1) % config.log_every == 0 or step + 1 == config.steps:
+            log(step + 1, sum(losses[-config.log_every:]) / len(losses[-config.log_every:]))
+    return losses

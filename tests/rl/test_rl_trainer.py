@@ -1,0 +1,252 @@
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.fabric import Fabric
+
+from proxycomp.checkpoint import AtomicCheckpointIO
+from proxycomp.gym_bridge import Candidate
+from proxycomp.gym_bridge.policy import ByteLMPolicy, Sample
+from proxycomp.gym_bridge.rl import MismatchConfig, PolicyLossConfig, Trajectory, Turn, policy_loss
+from proxycomp.gym_bridge.rl.cli import RLConfigError, main, parse_config
+from proxycomp.gym_bridge.rl.rollout import RolloutConfig, turn_from_result
+from proxycomp.gym_bridge.rl.trainer import AlgorithmConfig, PolicyUpdater, RLTrainer, make_batch, rollout_metrics
+from proxycomp.gym_bridge.rl.warmstart import reply_text
+from proxycomp.gym_bridge.tasks import load_task
+
+RELU = load_task("relu")
+SOLUTION = RELU.solution_path.read_text()
+BROKEN = SOLUTION.replace("tl.where(x > 0", "tl.where(x < 0")
+PROMPT = "Write ModelNew for relu.\n"
+RECIPE_DIR = Path(__file__).parents[2] / "recipes" / "rl"
+RECIPES = sorted(RECIPE_DIR.glob("*.yaml"))
+
+
+def fabric() -> Fabric:
+    return Fabric(accelerator="cpu", devices=1, precision="32-true", plugins=[AtomicCheckpointIO()])
+
+
+@pytest.fixture(scope="module")
+def gym_results(cpu_gym):
+    """Real gym verdicts on a correct and a broken relu reply."""
+    good, bad = cpu_gym.submit([Candidate("relu", reply_text(SOLUTION)), Candidate("relu", reply_text(BROKEN))])
+    assert good.correct and not bad.correct
+    return good, bad
+
+
+def fixed_trajectories(policy: ByteLMPolicy, gym_results) -> list[Trajectory]:
+    """Two correct and two broken one-turn trajectories of one task, log-probs as the policy gives them."""
+    trajectories = []
+    for code, result in [(SOLUTION, gym_results[0]), (BROKEN, gym_results[1])] * 2:
+        tokens = policy.encode_reply(reply_text(code))
+        with torch.no_grad():
+            logprobs = policy.score([PROMPT], [tokens], 1.0).logprobs[0].tolist()
+        sample = Sample(reply_text(code), tokens, logprobs, truncated=False)
+        trajectories.append(Trajectory("relu", RELU.source, [turn_from_result(PROMPT, sample, result)]))
+    return trajectories
+
+
+@pytest.fixture
+def setup(make_tiny_transformer):
+    """(fabric, policy, optimizer, algorithm config) around a fresh tiny model."""
+    return lambda seed=0, **algorithm: _setup(make_tiny_transformer(seed), **algorithm)
+
+
+def _setup(model, **algorithm):
+    f = fabric()
+    module = f.setup_module(model)
+    policy = ByteLMPolicy(module)
+    config = AlgorithmConfig(lr=1e-3, **algorithm)
+    optimizer = f.setup_optimizers(
+        torch.optim.AdamW(module.parameters(), lr=config.lr, weight_decay=config.weight_decay))
+    return f, policy, optimizer, config
+
+
+def test_update_favours_the_correct_reply(gym_results, setup):
+    # Repeated updates on one batch are off-policy by design, so mismatch rejection would drop it: off here.
+    f, policy, optimizer, config = setup(mismatch=MismatchConfig(rejection="none", veto_threshold=None))
+    trajectories = fixed_trajectories(policy, gym_results)
+    batch = make_batch(trajectories, config)
+    # TRLOO: r minus the mean of the 3 others.
+    torch.testing.assert_close(batch.advantages, torch.tensor([2 / 3, -2 / 3, 2 / 3, -2 / 3]))
+    logp_start = batch.logp_rollout.clone()
+    mask = batch.logp_rollout != 0
+
+    def surrogate() -> float:
+        with torch.no_grad():
+            scored = policy.score(batch.prompts, batch.tokens, 1.0)
+        return float(policy_loss(scored.logprobs, logp_start, batch.advantages, scored.mask).loss)
+
+    updater = PolicyUpdater(f, policy, optimizer, config, temperature=1.0)
+    losses = [surrogate()]
+    for _ in range(3):
+        stats = updater.update(batch)
+        losses.append(surrogate())
+    assert losses[-1] < losses[0] and all(b <= a + 1e-6 for a, b in zip(losses, losses[1:]))
+    with torch.no_grad():
+        logp_end = policy.score(batch.prompts, batch.tokens, 1.0).logprobs
+    gain = ((logp_end - logp_start) * mask).sum(1)
+    # The replies share all but one token, so what must move is the odds of correct over broken.
+    assert gain[0] - gain[1] > 0.1
+    for key in ("loss/total", "loss/entropy", "mismatch/rejection_rate", "grad_norm"):
+        assert key in stats
+
+
+def test_prs_drops_a_low_coverage_correct_turn_and_logs_it(gym_results, setup):
+    _, policy, _, config = setup()
+    trajectories = fixed_trajectories(policy, gym_results)
+    trajectories[0].turns[0].coverage = 0.05  # a lazy kernel: correct but little Triton time
+    batch = make_batch(trajectories, config, torch.Generator().manual_seed(0))
+    assert len(batch) == 3 and batch.traj_ids.tolist() == [1, 2, 3]
+    assert batch.stats["prs/rejected_turns"] == 1 and batch.stats["prs/rejection_rate"] == 0.25
+    no_prs = make_batch(trajectories, AlgorithmConfig(prs=None))
+    assert len(no_prs) == 4 and "prs/rejection_rate" not in no_prs.stats
+
+
+def test_mismatch_rejects_a_trajectory_whose_rollout_logprobs_disagree(gym_results, setup):
+    f, policy, optimizer, config = setup()
+    trajectories = fixed_trajectories(policy, gym_results)
+    trajectories[1].turns[0].logprobs = trajectories[1].turns[0].logprobs - 0.01  # rollout engine disagrees
+    batch = make_batch(trajectories, config)
+    stats = PolicyUpdater(f, policy, optimizer, config, temperature=1.0).update(batch)
+    assert stats["mismatch/rejection_rate"] == pytest.approx(0.25)
+    off = AlgorithmConfig(lr=1e-3, mismatch=MismatchConfig(rejection="none", veto_threshold=None))
+    assert PolicyUpdater(f, policy, optimizer, off, temperature=1.0).update(batch)["mismatch/rejection_rate"] == 0
+
+
+def test_micro_batches_accumulate_to_the_full_batch_gradient(gym_results, setup):
+    grads = []
+    for micro in (4, 1):
+        f, policy, optimizer, config = setup(micro_batch=micro, grad_clip=1e9)
+        batch = make_batch(fixed_trajectories(policy, gym_results), config)
+        PolicyUpdater(f, policy, optimizer, config, temperature=1.0).update(batch)
+        grads.append(policy.module.head.weight.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1], atol=2e-5, rtol=1e-3)
+
+
+def test_checkpoint_and_resume_give_the_same_next_update(gym_results, tmp_path, setup):
+    f, policy, optimizer, config = setup()
+    batch = make_batch(fixed_trajectories(policy, gym_results), config)
+    updater = PolicyUpdater(f, policy, optimizer, config, temperature=1.0)
+    updater.update(batch)
+    f.save(tmp_path / "c.ckpt", {"model": policy.module, "optimizer": optimizer, "step": 1})
+    expected = updater.update(batch)
+
+    f2, policy2, optimizer2, _ = setup(seed=1)  # different initial weights, restored from the file
+    state = {"model": policy2.module, "optimizer": optimizer2, "step": 0}
+    f2.load(tmp_path / "c.ckpt", state)
+    assert state["step"] == 1
+    resumed = PolicyUpdater(f2, policy2, optimizer2, config, temperature=1.0).update(batch)
+    assert resumed == pytest.approx(expected, rel=1e-5, abs=1e-7)
+    for a, b in zip(policy.module.parameters(), policy2.module.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_trainer_resume_repeats_the_next_step(cpu_gym, tmp_path, setup):
+    rollout = RolloutConfig(turns=2, samples_per_task=2, max_bytes=24, prompt_max_bytes=512)
+
+    def trainer(out):
+        f, policy, optimizer, config = setup(weight_decay=0.1)
+        return RLTrainer(fabric=f, policy=policy, optimizer=optimizer, evaluator=cpu_gym, tasks=[RELU],
+                         rollout=rollout, algorithm=config, out_dir=out, tasks_per_step=1, seed=3, save_every=1)
+
+    straight = trainer(tmp_path / "a")
+    straight.fit(2)
+    interrupted = trainer(tmp_path / "b")
+    interrupted.fit(1)
+    resumed = trainer(tmp_path / "b")
+    resumed.load(interrupted.checkpoint_path)
+    assert resumed.step == 1
+    resumed.fit(2)
+    rows = [[json.loads(line) for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()] for d in "ab"]
+    drop_times = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in (rows[0][1], rows[1][1])]
+    assert drop_times[0] == drop_times[1]
+    assert (tmp_path / "b" / "metrics.csv").read_text().count("\n") == 3  # header + 2 steps
+
+
+def test_rollout_metrics_fast_p_needs_timing():
+    trajectories = [Trajectory("t", "", [Turn("p", "r", correct=True, reward=1.0, speedup=s)])
+                    for s in (None, 1.1, 1.5)]
+    metrics = rollout_metrics(trajectories)
+    assert metrics["fast@1"] == pytest.approx(2 / 3) and metrics["fast@1.2"] == pytest.approx(1 / 3)
+    assert metrics["reward/mean"] == 1.0 and metrics["correct/final"] == 1.0
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_shipped_recipes_parse(recipe):
+    config, ckpt, out, resume = parse_config(["--config", str(recipe), "--ckpt", "x.ckpt"])
+    assert config.tasks and ckpt.name == "x.ckpt" and not resume
+    for name in config.tasks:
+        assert load_task(name).solution_path is not None
+
+
+def test_grpo_recipe_differs_only_in_the_estimator():
+    paths = {p.name: p for p in RECIPES}
+    trloo, *_ = parse_config(["--config", str(paths["trloo_kernel.yaml"]), "--ckpt", "x"])
+    grpo, *_ = parse_config(["--config", str(paths["grpo_kernel.yaml"]), "--ckpt", "x"])
+    assert (trloo.algorithm.estimator, grpo.algorithm.estimator) == ("trloo", "grpo")
+    grpo.algorithm = trloo.algorithm
+    assert grpo == trloo
+    override, *_ = parse_config(["--config", str(paths["trloo_kernel.yaml"]), "--ckpt", "x",
+                                 "--algorithm.estimator", "grpo"])
+    assert override.algorithm.estimator == "grpo"
+
+
+def test_unknown_config_key_is_one_line_naming_it(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rollout:\n  turnz: 3\n")
+    with pytest.raises(RLConfigError, match="turnz"):
+        parse_config(["--config", str(bad), "--ckpt", "x"])
+    assert main(["--config", str(bad), "--ckpt", "x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("proxycomp rl: error:") and "turnz" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--gym.size", "huge", "gym.size"),
+    ("--evaluation.sizes", "[tiny]", "evaluation.sizes"),
+    ("--warmstart.fix_share", "2", "warmstart.fix_share"),
+])
+def test_bad_config_values_name_the_field(flag, value, message):
+    with pytest.raises(RLConfigError, match=message):
+        parse_config(["--ckpt", "x", flag, value])
+
+
+def test_kl_to_the_initial_policy_is_logged(gym_results, cpu_gym, tmp_path, setup):
+    f, policy, optimizer, config = setup(loss=PolicyLossConfig(kl_coef=0.1))
+    trainer = RLTrainer(fabric=f, policy=policy, optimizer=optimizer, evaluator=cpu_gym, tasks=[RELU],
+                        rollout=RolloutConfig(), algorithm=config, out_dir=tmp_path, tasks_per_step=1, seed=0,
+                        save_every=1)
+    stats = trainer.updater.update(make_batch(fixed_trajectories(policy, gym_results), config))
+    assert stats["loss/kl_ref"] == pytest.approx(0.0, abs=1e-6)  # π == π_ref before this first step
+    assert trainer.reference.module is not policy.module
+    assert not any(p.requires_grad for p in trainer.reference.module.parameters())
+
+
+def test_unknown_estimator_is_an_error():
+    with pytest.raises(RLConfigError, match="unknown advantage estimator 'ppo'"):
+        parse_config(["--ckpt", "x", "--algorithm.estimator", "ppo"])
+
+
+def test_resume_without_checkpoint_is_an_error(tiny_ckpt, tmp_path, capsys):
+    assert main(["--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "run"), "--resume"]) == 2
+    assert "no checkpoint at" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_end_to_end_smoke(tiny_ckpt, tmp_path, capsys):
+    """Warm start on the real corpus of 2 tasks, 2 RL steps, evaluation before/after, then resume for a third."""
+    out = tmp_path / "run"
+    common = ["--config", str(RECIPE_DIR / "trloo_kernel_cpu.yaml"), "--ckpt", str(tiny_ckpt), "--out", str(out),
+              "--save_every", "1", "--rollout.samples_per_task", "2", "--rollout.turns", "2",
+              "--rollout.prompt_max_bytes", "1600", "--max_context", "4096", "--warmstart.fix_share", "0.3",
+              "--evaluation.samples_per_task", "1", "--evaluation.turns", "1"]
+    assert main(common + ["--warmstart.steps", "3", "--warmstart.batch_size", "2", "--steps", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "warm start step" in printed and "| before RL | cpu | all |" in printed and "| after 2 steps |" in printed
+    assert (out / "checkpoints" / "last.ckpt").is_file() and (out / "warmstart" / "corpus.jsonl").is_file()
+    assert main(common + ["--steps", "3", "--resume"]) == 0
+    assert "resumed at step 2" in capsys.readouterr().out
+    rows = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["step"] for r in rows] == [1, 2, 3]

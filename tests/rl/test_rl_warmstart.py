@@ -1,0 +1,105 @@
+import pytest
+import torch
+
+from proxycomp.gym_bridge import Candidate
+from proxycomp.gym_bridge.rl.warmstart import (
+    BROKEN_KINDS,
+    Example,
+    WarmStartConfig,
+    build_corpus,
+    code_variants,
+    corpus_examples,
+    example_weights,
+    load_corpus,
+    reply_nll,
+    reply_text,
+    save_corpus,
+    warm_start,
+)
+from proxycomp.gym_bridge.tasks import load_task
+
+RELU = load_task("relu")
+
+
+@pytest.fixture(scope="module")
+def relu_corpus(cpu_gym):
+    return build_corpus([RELU], cpu_gym)
+
+
+def test_variants_of_the_relu_solution():
+    kinds = [v.kind for v in code_variants("relu", RELU.solution_path.read_text())]
+    assert kinds == ["solution", "block", "block", "num_warps", "num_warps", "dropped_mask", "wrong_offset", "wrong_op"]
+
+
+def test_corpus_labels_come_from_the_gym(relu_corpus, cpu_gym):
+    kinds = [v.kind for v in relu_corpus]
+    assert kinds.count("solution") == 1 and kinds.count("block") == 2 and kinds.count("num_warps") == 2
+    assert {"wrong_offset", "wrong_op"} <= set(kinds)
+    for variant in relu_corpus:
+        assert (variant.status == "ok") != variant.broken, (variant.kind, variant.status)
+    # Re-evaluated independently, the labels hold.
+    results = cpu_gym.submit([Candidate("relu", v.code) for v in relu_corpus])
+    assert [r.correct for r in results] == [not v.broken for v in relu_corpus]
+
+
+def test_fix_examples_carry_the_broken_code_and_its_feedback(relu_corpus):
+    examples = corpus_examples(relu_corpus, [RELU])
+    fixes = [e for e in examples if e.kind == "fix"]
+    broken = [v for v in relu_corpus if v.broken]
+    assert len(fixes) == len(broken) > 0
+    for example, variant in zip(fixes, broken):
+        assert variant.code.strip() in example.prompt and variant.feedback.strip() in example.prompt
+        assert example.reply == reply_text(variant.base)
+    assert sum(e.kind == "first_turn_broken" for e in examples) == len(broken)
+
+
+def test_corpus_round_trip_and_bad_file(relu_corpus, tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    save_corpus(relu_corpus, path)
+    assert load_corpus(path) == relu_corpus
+    path.write_text("not json\n")
+    with pytest.raises(ValueError, match=r"corpus.jsonl:1: not a corpus record"):
+        load_corpus(path)
+
+
+def test_example_weights_give_the_configured_shares():
+    examples = [Example("p", "r", kind) for kind in ["first_turn"] * 3 + ["first_turn_broken"] * 2 + ["fix"] * 5]
+    weights = example_weights(examples, WarmStartConfig(fix_share=0.4, first_turn_broken_share=0.25))
+    kinds = ("first_turn", "first_turn_broken", "fix")
+    share = {k: float(sum(w for w, e in zip(weights, examples) if e.kind == k)) for k in kinds}
+    assert share == pytest.approx({"first_turn": 0.45, "first_turn_broken": 0.15, "fix": 0.4})
+
+
+def test_warm_start_lowers_reply_nll(tiny_policy, relu_corpus):
+    examples = [e for e in corpus_examples(relu_corpus, [RELU]) if e.kind == "first_turn"][:2]
+    optimizer = torch.optim.AdamW(tiny_policy.module.parameters(), lr=3e-3)
+
+    def step(loss):
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    with torch.no_grad():
+        before = float(reply_nll(tiny_policy, examples))
+    losses = warm_start(tiny_policy, examples, WarmStartConfig(steps=8, batch_size=2), step_fn=step,
+                        generator=torch.Generator().manual_seed(0))
+    assert len(losses) == 8
+    with torch.no_grad():
+        assert float(reply_nll(tiny_policy, examples)) < before - 0.5
+
+
+def test_task_without_solution_is_an_error(tmp_path, cpu_gym):
+    task_file = tmp_path / "mine.py"
+    task_file.write_text(RELU.source)
+    with pytest.raises(ValueError, match="'mine' has no shipped solution"):
+        build_corpus([load_task(task_file)], cpu_gym)
+
+
+def test_broken_kinds_are_named():
+    assert set(BROKEN_KINDS) == {"dropped_mask", "wrong_offset", "wrong_op"}
+
+
+@pytest.mark.parametrize("kwargs", [dict(fix_share=1.5), dict(batch_size=0), dict(lr=0.0)])
+def test_bad_warmstart_config(kwargs):
+    with pytest.raises(ValueError, match="warmstart"):
+        WarmStartConfig(**kwargs)
