@@ -39,7 +39,15 @@ def scrubbed_env(workdir: str, extra: dict[str, str] | None = None) -> dict[str,
     env.update(HOME=workdir, TMPDIR=workdir, TRITON_CACHE_DIR=os.path.join(workdir, "triton_cache"),
                PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.update(extra or {})
+    if "TRITON_INTERPRET" not in env and not _has_cuda():
+        env["TRITON_INTERPRET"] = "1"  # no GPU here: candidates' kernels run in Triton's interpreter
     return env
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def apply_rlimits(*, memory_mb: int | None, cpu_s: int, max_files: int = 1024, max_file_mb: int = 512) -> None:

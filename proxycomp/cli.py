@@ -3,7 +3,8 @@
     proxycomp fit|validate --config recipes/smoke/proxy_spm.yaml [--trainer.max_steps 100 ...]
     proxycomp generate --ckpt RUN/checkpoints/last.ckpt --prompt "def fib("
     proxycomp eval-bpb --ckpt RUN/checkpoints/last.ckpt --data path/to/sources
-    proxycomp gym ...
+    proxycomp gym eval|tasks|bench ...
+    proxycomp rl --config recipes/rl/trloo_kernel.yaml --ckpt RUN/checkpoints/last.ckpt
 
 fit/validate go through LightningCLI (ProxyLM + ProxyDataModule). Bad input ends in one line on
 stderr and exit status 2, never a traceback.
@@ -107,8 +108,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from proxycomp.gym_bridge.cli import main as gym_main
 
         return gym_main(rest)
+    if command == "rl":
+        from proxycomp.gym_bridge.rl.cli import main as rl_main
+
+        return rl_main(rest)
     if command not in (*LIGHTNING_COMMANDS, "generate", "eval-bpb"):
-        print(f"proxycomp: unknown command {command!r}; use fit, validate, generate, eval-bpb or gym", file=sys.stderr)
+        print(f"proxycomp: unknown command {command!r}; use fit, validate, generate, eval-bpb, gym or rl", file=sys.stderr)
         return 2
     user_errors = _user_errors()
     try:

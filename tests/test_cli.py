@@ -189,3 +189,11 @@ def test_resumed_cli_run_continues_the_same_loss_curve(recipe):
     fit(second, "half.ckpt")
     assert len(straight.losses) == 6
     assert first.losses + second.losses == pytest.approx(straight.losses, abs=1e-5)
+
+
+def test_rl_config_typo_is_one_line_error(capsys, tmp_path):
+    bad = tmp_path / "rl.yaml"
+    bad.write_text("stepz: 3\n")
+    assert main(["rl", "--config", str(bad), "--ckpt", str(tmp_path / "none.ckpt")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "stepz" in err and "Traceback" not in err

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -141,8 +140,6 @@ def _evaluate(config: RLConfig, policy: ByteLMPolicy, evaluator, tasks: list, ph
 
 
 def run(config: RLConfig, ckpt: Path, out_dir: Path, resume: bool) -> int:
-    if not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before any gym worker starts
     from lightning.fabric import Fabric
 
     from proxycomp.checkpoint import AtomicCheckpointIO, load_lm
