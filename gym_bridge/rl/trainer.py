@@ -216,6 +216,18 @@ class MetricsLog:
     def __init__(self, out_dir: Path) -> None:
         self.jsonl = out_dir / "metrics.jsonl"
         self.csv = out_dir / "metrics.csv"
+        self.rollouts = out_dir / "rollouts.jsonl"
+
+    def write_turns(self, step: int, trajectories: Sequence[Trajectory]) -> None:
+        """One JSON line per scored turn: what the gym said of each kernel the policy wrote."""
+        with self.rollouts.open("a") as fh:
+            for i, traj in enumerate(trajectories):
+                for t, turn in enumerate(traj.turns):
+                    fh.write(json.dumps({
+                        "step": step, "task": traj.task_id, "episode": i, "turn": t, "reward": turn.reward,
+                        "correct": turn.correct, "speedup": turn.speedup, "coverage": turn.coverage,
+                        "hacks": list(turn.hacks), "feedback": turn.feedback,
+                    }) + "\n")
 
     def write(self, metrics: dict[str, Any]) -> None:
         # NaN (e.g. coverage on CPU, where nothing is profiled) becomes null: strict JSON readers reject NaN.
@@ -315,6 +327,7 @@ class RLTrainer:
         metrics = {"step": self.step, **rollout_metrics(trajectories), **batch.stats, **update_stats,
                    "time/rollout_s": rolled - started, "time/update_s": time.monotonic() - rolled}
         self.log.write(metrics)
+        self.log.write_turns(self.step, trajectories)
         return metrics
 
     def fit(self, steps: int) -> list[dict[str, float]]:

@@ -163,6 +163,8 @@ def test_trainer_resume_repeats_the_next_step(cpu_gym, tmp_path, setup):
     drop_times = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in (rows[0][1], rows[1][1])]
     assert drop_times[0] == drop_times[1]
     assert (tmp_path / "b" / "metrics.csv").read_text().count("\n") == 3  # header + 2 steps
+    turns = [json.loads(line) for line in (tmp_path / "a" / "rollouts.jsonl").read_text().splitlines()]
+    assert {t["step"] for t in turns} == {1, 2} and all(t["task"] == "relu" and t["feedback"] for t in turns)
 
 
 def test_rollout_metrics_fast_p_needs_timing():
