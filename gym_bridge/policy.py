@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from proxycomp.generate import generate as sample_symbols
-from proxycomp.generate import raw_bytes
+from proxycomp.generate import raw_bytes, restriction_bias
 from proxycomp.model import Transformer
-from proxycomp.vocab import PAD, SENTINELS, is_raw_byte, raw_prompt
+from proxycomp.vocab import PAD, SENTINELS, is_raw_byte, raw_prompt, raw_reply_ids
 
 
 @dataclass
@@ -89,9 +89,10 @@ class ByteLMPolicy:
         if score_batch < 1:
             raise ValueError(f"score_batch: must be >= 1, got {score_batch}")
         self.score_batch = score_batch
-        vocab = model.config.vocab_size
-        # Every symbol that is not a raw byte ends a reply: a compressed-view id after <raw> is not code.
-        self._stop_ids = [i for i in range(vocab) if not is_raw_byte(i)]
+        # Replies are raw bytes: sampling and scoring both use the distribution restricted to raw bytes and the
+        # two stops, so a proxy model's compressed-view ids can neither end a reply early nor skew the ratios.
+        self._allowed = raw_reply_ids(model.config.vocab_size)
+        self._stop_ids = [i for i in self._allowed if not is_raw_byte(i)]
 
     @property
     def device(self) -> torch.device:
@@ -125,6 +126,7 @@ class ByteLMPolicy:
             out = sample_symbols(
                 self.module, [ids for ids in encoded for _ in range(n)], max_bytes, temperature=temperature,
                 top_p=top_p if top_p < 1.0 else None, stop_ids=self._stop_ids, generator=generator,
+                allowed_ids=self._allowed,
             )
         samples = []
         for tokens, logprobs in zip(out.ids, out.logprobs):
@@ -167,7 +169,7 @@ class ByteLMPolicy:
             tokens[i, :len(row)] = torch.tensor(row, device=device)
         with self.autocast():
             logits = self.module(tokens)
-        logits = logits.float() / temperature
+        logits = (logits.float() + restriction_bias(logits.shape[-1], self._allowed, device)) / temperature
         reply_width = max((len(r) for r in replies), default=0)
         # Reply symbol j of row i is predicted at position len(prompt_i) - 1 + j.
         offsets = torch.tensor([len(ids) - 1 for ids in encoded], device=device)
@@ -181,5 +183,6 @@ class ByteLMPolicy:
         logprobs = log_dist.gather(-1, targets[:, :, None])[:, :, 0]
         logprobs = torch.where(mask, logprobs, torch.zeros_like(logprobs))
         with torch.no_grad():
-            entropy = -(log_dist.exp() * log_dist).sum(-1) * mask
+            probs = log_dist.exp()  # 0 (with log -inf) outside the raw-reply symbols
+            entropy = -(probs * log_dist.masked_fill(probs == 0, 0.0)).sum(-1) * mask
         return ScoredReplies(logprobs, mask, entropy)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from proxycomp.model import KVCache, Transformer
-from proxycomp.vocab import EOS, PAD, RAW_OFFSET, SENTINELS, is_raw_byte, raw_prompt
+from proxycomp.vocab import EOS, PAD, RAW_OFFSET, SENTINELS, is_raw_byte, raw_prompt, raw_reply_ids
 
 DEFAULT_STOP_IDS = (EOS, SENTINELS["raw"][1])
 
@@ -56,6 +56,13 @@ def _draw(
     return ids, F.log_softmax(scaled, -1).gather(-1, ids[:, None])[:, 0]
 
 
+def restriction_bias(vocab_size: int, allowed_ids: Sequence[int], device: torch.device | str) -> torch.Tensor:
+    """(vocab,) logit bias: 0 on `allowed_ids`, -inf elsewhere."""
+    bias = torch.full((vocab_size,), float("-inf"), device=device)
+    bias[torch.tensor(list(allowed_ids), device=device, dtype=torch.long)] = 0.0
+    return bias
+
+
 @torch.no_grad()
 def generate(
     model: Transformer,
@@ -67,8 +74,10 @@ def generate(
     stop_ids: Sequence[int] = DEFAULT_STOP_IDS,
     seed: int | None = None,
     generator: torch.Generator | None = None,
+    allowed_ids: Sequence[int] | None = None,
 ) -> Generation:
-    """Continue each prompt (a list of symbol ids) by up to `max_new_tokens` symbols."""
+    """Continue each prompt (a list of symbol ids) by up to `max_new_tokens` symbols. With `allowed_ids`,
+    symbols are drawn (and their log-probs taken) from the distribution restricted to those ids."""
     vocab_size = model.config.vocab_size
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate needs at least one prompt and no empty prompt")
@@ -98,12 +107,13 @@ def generate(
     was_training = model.training
     model.eval()
     cache = KVCache(model.config, batch, width + max_new_tokens, device, param.dtype)
+    bias = None if allowed_ids is None else restriction_bias(vocab_size, allowed_ids, device)
     logits = model(tokens, positions, doc_ids, cache=cache)[:, -1]
     stops = torch.tensor(list(stop_ids), device=device)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     new_ids, new_logprobs, finished_at = [], [], torch.full((batch,), max_new_tokens, device=device)
     for step in range(max_new_tokens):
-        ids, logprobs = _draw(logits, temperature, top_k, top_p, generator)
+        ids, logprobs = _draw(logits if bias is None else logits.float() + bias, temperature, top_k, top_p, generator)
         new_ids.append(ids)
         new_logprobs.append(logprobs)
         hit = torch.isin(ids, stops) & ~done
@@ -154,6 +164,7 @@ def main(argv: Sequence[str]) -> int:
 
     model = load_lm(args.ckpt, map_location=args.device).model
     prompt = args.prompt.encode("utf-8")
-    out = generate(model, [raw_prompt(prompt)], args.max_bytes, args.temperature, args.top_k, args.top_p, seed=args.seed)
+    out = generate(model, [raw_prompt(prompt)], args.max_bytes, args.temperature, args.top_k, args.top_p, seed=args.seed,
+                   allowed_ids=raw_reply_ids(model.config.vocab_size))
     sys.stdout.write((prompt + raw_bytes(out.ids[0])).decode("utf-8", errors="replace") + "\n")
     return 0

@@ -87,3 +87,11 @@ def is_raw_byte(ids):
 def raw_prompt(text: bytes) -> list[int]:
     """The ids of a raw-byte prompt: ``<bos><raw>`` then the bytes."""
     return [BOS, SENTINELS["raw"][0]] + [b + RAW_OFFSET for b in text]
+
+
+def raw_reply_ids(vocab_size: int) -> list[int]:
+    """The symbols a raw-byte continuation may hold: raw bytes and its two stops (EOS, ``</raw>``).
+
+    A proxy model also assigns some probability to compressed-view ids; after ``<raw>`` they are not text, so
+    raw-byte inference samples from the distribution restricted (renormalized) to these ids."""
+    return sorted(set(range(RAW_OFFSET, min(RAW_OFFSET + RAW_SIZE, vocab_size))) | {EOS, SENTINELS["raw"][1]})

@@ -12,7 +12,7 @@ from proxycomp.model import (
     document_mask,
     flops_per_symbol,
 )
-from proxycomp.vocab import EOS, RAW_OFFSET, raw_prompt
+from proxycomp.vocab import EOS, RAW_OFFSET, raw_prompt, raw_reply_ids
 
 TINY = dict(vocab_size=330, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_hidden=64, max_seq_len=64)
 
@@ -190,3 +190,16 @@ def test_triton_backends_match_torch_on_packed_documents():
     out_ref.square().mean().backward()
     for (name, p_fused), p_ref in zip(fused.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p_fused.grad, p_ref.grad, atol=1e-4, rtol=1e-3, msg=name)
+
+
+def test_raw_reply_restriction_never_draws_compressed_ids():
+    torch.manual_seed(3)
+    model = tiny_model(vocab_size=900)  # raw bytes + a 580-symbol compressed range
+    with torch.no_grad():  # make compressed ids the likeliest, so an unrestricted sampler would pick them
+        model.head.weight[320:] += 5 * model.head.weight[320:].sign()
+    allowed = raw_reply_ids(900)
+    out = generate(model, [raw_prompt(b"def f(")] * 4, 40, temperature=1.0, seed=0, allowed_ids=allowed)
+    drawn = {i for row in out.ids for i in row}
+    assert drawn and drawn <= set(allowed)
+    free = generate(model, [raw_prompt(b"def f(")] * 4, 40, temperature=1.0, seed=0)
+    assert any(i >= 320 for row in free.ids for i in row)  # the restriction is what kept them out

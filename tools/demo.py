@@ -3,16 +3,22 @@
 Builds the smoke recipe recipes/smoke/proxy_spm.yaml with the `proxycomp fit` parser (links, trainer
 defaults, loggers, checkpointing), measures the untrained model's bits per raw byte on the held-out
 packages, trains (raw + SentencePiece views of this interpreter's own .py files), measures again,
-then samples a continuation of "def fib(" from the saved checkpoint with `proxycomp generate`.
+then samples a continuation of "def fib(" from the saved checkpoint with `proxycomp generate`. Last, the
+pretrained model goes on as a kernel-writing policy: `proxycomp rl` with recipes/rl/demo_cpu.yaml warm-starts it
+on the kernel corpus and runs a short multi-turn TRLOO episode on gym tasks, and the demo prints what the gym said
+of each kernel it wrote.
 Extra arguments are passed on as CLI overrides, e.g. `python tools/demo.py --trainer.max_steps 100`.
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smoke" / "proxy_spm.yaml"
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "smoke" / "proxy_spm.yaml"
+RL_RECIPE = ROOT / "recipes" / "rl" / "demo_cpu.yaml"
 
 
 def main(overrides: list[str]) -> int:
@@ -35,7 +41,22 @@ def main(overrides: list[str]) -> int:
     if trained >= untrained:
         print("demo: training did not lower bits per byte", file=sys.stderr)
         return 1
-    return status
+    if status:
+        return status
+
+    rl_out = Path(trainer.log_dir) / "rl"
+    print(f"\n== kernel RL: warm start, then multi-turn TRLOO in the gym ({RL_RECIPE.name}) ==", flush=True)
+    status = proxycomp(["rl", "--config", str(RL_RECIPE), "--ckpt", checkpoint, "--out", str(rl_out)])
+    if status:
+        return status
+    print("\nwhat the gym said of each kernel the policy wrote:")
+    for line in (rl_out / "rollouts.jsonl").read_text().splitlines():
+        turn = json.loads(line)
+        verdict = turn["feedback"].splitlines()[0] if turn["feedback"] else ""
+        print(f"  step {turn['step']} {turn['task']:<5} episode {turn['episode']} turn {turn['turn']}: "
+              f"reward {turn['reward']:.2f}  {verdict}")
+    print(f"\ndemo done in {time.perf_counter() - start:.0f} s; RL run folder: {rl_out}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -171,7 +171,11 @@ def run(config: RLConfig, ckpt: Path, out_dir: Path, resume: bool) -> int:
         train_gym = evaluator(config.gym.size)
         warm_model = out_dir / "warmstart" / "model.ckpt"
         if not resume and warm_model.is_file():
-            fabric.load(warm_model, {"model": module})
+            try:
+                fabric.load(warm_model, {"model": module})
+            except RuntimeError as err:  # size mismatch: it was warm-started from another base model
+                raise RLConfigError(f"{warm_model} does not fit the model of --ckpt {ckpt} ({str(err).splitlines()[0]}); "
+                                    "use another --out or delete that file") from None
             print(f"warm start: reusing {warm_model}", flush=True)
         elif not resume and config.warmstart.steps > 0:
             _warm_start(config, fabric, policy, tasks, train_gym, out_dir)
