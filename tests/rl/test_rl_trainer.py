@@ -14,6 +14,7 @@ from proxycomp.gym_bridge.rl.rollout import RolloutConfig, turn_from_result
 from proxycomp.gym_bridge.rl.trainer import AlgorithmConfig, PolicyUpdater, RLTrainer, make_batch, rollout_metrics
 from proxycomp.gym_bridge.rl.warmstart import reply_text
 from proxycomp.gym_bridge.tasks import load_task
+from proxycomp.model import ModelConfig, Transformer
 
 RELU = load_task("relu")
 SOLUTION = RELU.solution_path.read_text()
@@ -234,6 +235,15 @@ def test_unknown_estimator_is_an_error():
 def test_resume_without_checkpoint_is_an_error(tiny_ckpt, tmp_path, capsys):
     assert main(["--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "run"), "--resume"]) == 2
     assert "no checkpoint at" in capsys.readouterr().err
+
+
+def test_warm_start_of_another_base_model_is_an_error(tiny_ckpt, tmp_path, capsys):
+    other = Transformer(ModelConfig(d_model=48, n_layers=2, n_heads=2, max_seq_len=4096))
+    (tmp_path / "run" / "warmstart").mkdir(parents=True)
+    torch.save({"model": other.state_dict()}, tmp_path / "run" / "warmstart" / "model.ckpt")
+    assert main(["--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "run"), "--tasks", "[relu]"]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit the model of --ckpt" in err and "Traceback" not in err
 
 
 @pytest.mark.slow
