@@ -10,6 +10,8 @@ import shlex
 import sys
 import time
 
+from proxycomp.benchmarks import append_block
+
 from .config import SIZES, Candidate, EvalConfig
 from .evaluator import Evaluator
 from .pool import LocalPool
@@ -80,7 +82,7 @@ def _cmd_tasks() -> int:
 
 
 def bench_table(results: list[EvalResult]) -> str:
-    rows = [f"| task | status | correct | speedup | coverage | kernel ms | ref ms |", "|---|---|---|---|---|---|---|"]
+    rows = ["| task | status | correct | speedup | coverage | kernel ms | ref ms |", "|---|---|---|---|---|---|---|"]
     for r in results:
         rows.append(f"| {r.task} | {r.status} | {r.correct} | {_fmt(r.speedup, '.3f')} | {_fmt(r.coverage, '.2f')} "
                     f"| {_fmt(r.kernel_ms, '.4f')} | {_fmt(r.ref_ms, '.4f')} |")
@@ -124,23 +126,10 @@ def _record(size: str, argv: list[str], table: str, summary: str, results: list[
         import torch
 
         device = torch.cuda.get_device_name(0)
-    text = open(BENCHMARKS_PATH).read() if os.path.exists(BENCHMARKS_PATH) else ""
     title = f"gym bench {datetime.date.today().isoformat()} ({device}, size {size}, {platform.node()})"
     block = f"\n### {title}\n\n`proxycomp gym {shlex.join(argv)}`\n\n{table}\n\n{summary}\n"
-    with open(BENCHMARKS_PATH, "w") as fh:
-        fh.write(insert_in_section(text, BENCH_HEADING, block))
+    append_block(BENCHMARKS_PATH, BENCH_HEADING, block)
 
-
-def insert_in_section(text: str, heading: str, block: str) -> str:
-    """`text` with `block` at the end of the `heading` section (other sections follow it), or the section
-    appended when absent."""
-    start = text.find(f"\n{heading}\n")
-    if start < 0:
-        return text.rstrip("\n") + f"\n\n{heading}\n{block}"
-    end = text.find("\n## ", start + len(heading) + 2)
-    if end < 0:
-        return text.rstrip("\n") + "\n" + block
-    return text[:end].rstrip("\n") + "\n" + block + text[end:]
 
 
 def main(argv: list[str]) -> int:

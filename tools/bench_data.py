@@ -11,11 +11,11 @@ import argparse
 import datetime
 import os
 import platform
-import re
 import sys
 import time
 from pathlib import Path
 
+from proxycomp.benchmarks import append_block
 from proxycomp.data import MixingSchedule, TrainStream, load_corpus
 from proxycomp.views import ViewConfig, train_spm
 
@@ -48,17 +48,7 @@ def table(rows: list[dict]) -> str:
 
 
 def record(block: str) -> None:
-    text = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
-    if SECTION not in text:
-        text = text.rstrip("\n") + f"\n\n{SECTION}\n"
-    # insert at the end of our section, before the next "## " heading if another section follows
-    start = text.index(SECTION) + len(SECTION)
-    nxt = re.search(r"^## ", text[start:], flags=re.M)
-    cut = start + nxt.start() if nxt else len(text)
-    text = text[:cut].rstrip("\n") + "\n\n" + block.rstrip("\n") + "\n\n" + text[cut:].lstrip("\n")
-    tmp = BENCHMARKS.with_name(BENCHMARKS.name + ".tmp")
-    tmp.write_text(text.rstrip("\n") + "\n")
-    os.replace(tmp, BENCHMARKS)
+    append_block(BENCHMARKS, SECTION, block)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from proxycomp.benchmarks import append_block
 from proxycomp.kernels.attention import AttentionConfig, default_config, flash_attention
 from proxycomp.kernels.embedding import embedding, embedding_rmsnorm
 
@@ -254,16 +255,9 @@ def summary(results: list) -> tuple[list[str], dict]:
 
 
 def record(rows: list[str], ratios: dict, device: str, command: str) -> None:
-    heading = "## Kernels (issue 3)"
-    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else "# Benchmarks\n"
-    if heading not in text:
-        text = text.rstrip("\n") + f"\n\n{heading}\n"
-    block = "\n".join([f"\n### {datetime.date.today().isoformat()} · {device} · torch {torch.__version__} · "
-                       f"triton {triton.__version__}", f"`{command}`", "", "```", *rows, "```", ""])
-    # The block goes at the end of the kernels section, before whatever section follows it.
-    section_end = text.find("\n## ", text.index(heading) + len(heading))
-    at = len(text) if section_end < 0 else section_end
-    BENCHMARKS_MD.write_text(text[:at].rstrip("\n") + "\n" + block + text[at:])
+    block = "\n".join([f"### {datetime.date.today().isoformat()} · {device} · torch {torch.__version__} · "
+                       f"triton {triton.__version__}", f"`{command}`", "", "```", *rows, "```"])
+    append_block(BENCHMARKS_MD, "## Kernels (issue 3)", block)
 
 
 def main() -> None:
