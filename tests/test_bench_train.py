@@ -1,0 +1,74 @@
+"""tools/bench_train.py: the tiny preset runs every arm and the data pipeline on CPU; bad options fail in one line."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parents[1] / "tools"
+
+
+@pytest.fixture(scope="module")
+def bench_train():
+    sys.path.insert(0, str(TOOLS))  # the script imports its sibling tools/bench_data.py
+    spec = importlib.util.spec_from_file_location("bench_train", TOOLS / "bench_train.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_train"] = module  # dataclasses look their module up while the file executes
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(TOOLS))
+        for name in ("bench_train", "bench_data"):
+            sys.modules.pop(name, None)
+
+
+@pytest.mark.slow
+def test_tiny_preset_measures_every_arm_and_records(bench_train, tmp_path, monkeypatch, capsys):
+    benchmarks = tmp_path / "BENCHMARKS.md"
+    benchmarks.write_text(f"# Benchmarks\n\n{bench_train.SECTION}\n\nnotes\n\n## Later section\n\nkept\n")
+    monkeypatch.setattr(bench_train, "BENCHMARKS", benchmarks)
+    out = tmp_path / "train.json"
+
+    assert bench_train.main(["--sizes", "tiny", "--out", str(out), "--record"]) == 0
+
+    report = json.loads(out.read_text())
+    assert [r["arm"] for r in report["arms"]] == [arm.name for arm in bench_train.ARMS]
+    for r in report["arms"]:
+        assert "error" not in r, r
+        assert r["tokens_per_s"] > 0 and r["mfu"] > 0 and r["flops_per_symbol"] > 0
+    assert report["matmul_flops"] > 0
+    assert [row["view"] for row in report["data"]] == list(bench_train.DATA_VIEWS)
+    assert all(row["symbols_per_s"] > 0 and row["cores_needed"]["d64"] > 0 for row in report["data"])
+
+    printed = capsys.readouterr().out.rstrip("\n").splitlines()
+    assert printed[-1].startswith("| d64 | plain-compile | ")  # the throughput table comes last
+    assert printed[-8].startswith("| model | arm | tokens/s |")
+
+    text = benchmarks.read_text()
+    block_at, later_at = text.index("`python tools/bench_train.py --sizes tiny"), text.index("## Later section")
+    assert text.index("notes") < block_at < text.index("| d64 | plain-compile |") < later_at
+    assert text.endswith("## Later section\n\nkept\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sizes", "tiny", "--arms", "fit-triton,warp"], "--arms: unknown warp; choose from fit-triton"),
+        (["--sizes", "tiny", "--models", "d768"], "--models: unknown d768; choose from d64"),
+        (["--sizes", "tiny", "--arms", ","], "--arms: unknown empty list"),
+        (["--sizes", "tiny", "--warmup", "0"], "--warmup must be >= 1"),
+        (["--sizes", "tiny", "--steps", "0"], "--steps >= 1"),
+        (["--sizes", "tiny", "--out", "/no/such/folder/x.json"], "folder /no/such/folder does not exist"),
+        (["--sizes", "huge"], "invalid choice: 'huge'"),
+    ],
+)
+def test_bad_options_exit_with_one_line(bench_train, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_train.main(argv)
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in error
