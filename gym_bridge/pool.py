@@ -207,6 +207,17 @@ class WorkerProcess:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def visible_gpus(count: int) -> list[str]:
+    """CUDA_VISIBLE_DEVICES names of this process's first `count` GPUs, to pin a child to one of them.
+
+    A child's CUDA_VISIBLE_DEVICES names the machine's GPUs, not indices into the parent's list: a parent
+    started with CUDA_VISIBLE_DEVICES=2,3 must hand its workers "2" and "3", not "0" and "1".
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [name.strip() for name in visible.split(",")] if visible else [str(i) for i in range(count)]
+    return names[:count]
+
+
 def clean(result: dict) -> bool:
     """A job after which the worker may serve another one."""
     return ("status" not in result and not result.get("hacks") and not result.get("error")
@@ -221,7 +232,7 @@ class LocalPool:
 
         if devices is None:
             count = torch.cuda.device_count()
-            devices = [str(i) for i in range(count)][: num_workers or count] if count else []
+            devices = visible_gpus(count)[: num_workers or count]
         self.devices = devices
         self.num_workers = len(devices) if devices else (num_workers or 1)
         if self.num_workers < 1:

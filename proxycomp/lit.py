@@ -4,6 +4,10 @@ Training loss is plain next-symbol cross-entropy over every target (raw, compres
 in the paper's code; it is also logged per vocabulary range so the views can be told apart.
 Validation reads the raw view only and reports bits per raw byte. The vocabulary layout is a
 hyper-parameter, so a checkpoint alone is enough to generate from or evaluate.
+
+Under DDP the loss is normalized by the target count of the whole global batch (one small all-reduce per
+step), so N processes take the same gradient step as one process with N times the batch; validation sums
+(nats, bytes) over all ranks' windows before dividing, so val/bpb equals the single-process figure.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import time
 
 import lightning as L
 import torch
+from torchmetrics.aggregation import MeanMetric
 
 from proxycomp.evaluate import IGNORE, LN2, byte_nats, symbol_nats
 from proxycomp.model import ModelConfig, ModelConfigError, Transformer, flops_per_symbol
@@ -87,6 +92,9 @@ class ProxyLM(L.LightningModule):
         self.group_names, group_of_id = range_groups(self.vocabulary, vocab_size)
         self.register_buffer("group_of_id", group_of_id, persistent=False)
         self.flops_per_symbol = flops_per_symbol(self.config, max_seq_len)
+        # Weighted means whose sums torchmetrics syncs across ranks at epoch end.
+        self.val_loss = MeanMetric()
+        self.val_bpb = MeanMetric()
         self._last_step_start: float | None = None
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -97,11 +105,16 @@ class ProxyLM(L.LightningModule):
         targets = batch["targets"]
         nats = symbol_nats(self(batch), targets)
         valid = targets.flatten() != IGNORE
-        loss = nats.sum() / valid.sum().clamp(min=1)
-        self.log("train/loss", loss, prog_bar=True)
         groups = self.group_of_id[targets.flatten().clamp(min=0)]
-        sums = torch.zeros(len(self.group_names), device=nats.device).index_add_(0, groups[valid], nats[valid])
-        counts = torch.bincount(groups[valid], minlength=len(self.group_names))
+        n_groups = len(self.group_names)
+        local = torch.zeros(2 * n_groups, dtype=torch.float64, device=nats.device)
+        local[:n_groups].index_add_(0, groups[valid], nats[valid].detach().double())
+        local[n_groups:] = torch.bincount(groups[valid], minlength=n_groups)
+        sums, counts = self._sum_over_ranks(local).split(n_groups)
+        n_valid = counts.sum().clamp(min=1)
+        # DDP averages gradients over ranks, hence the world size: the result is the global batch's mean.
+        loss = nats.sum() * (self._world_size() / n_valid).to(nats.dtype)
+        self.log("train/loss", sums.sum() / n_valid, prog_bar=True)
         for name, total, n in zip(self.group_names, sums, counts.tolist()):
             if n:
                 self.log(f"train/loss_{name}", total / n)
@@ -112,12 +125,21 @@ class ProxyLM(L.LightningModule):
         nats = symbol_nats(self(batch), targets)
         valid = int((targets != IGNORE).sum())
         if valid:
-            self.log("val/loss", nats.sum() / valid, batch_size=valid, prog_bar=True)
+            self.val_loss.update(nats.sum() / valid, valid)
         byte_sum, n_bytes = byte_nats(nats, targets)
         n_bytes = int(n_bytes)
         if n_bytes:
             # Weighted by the byte count, so the epoch value is total bits / total bytes.
-            self.log("val/bpb", byte_sum / LN2 / n_bytes, batch_size=n_bytes, prog_bar=True)
+            self.val_bpb.update(byte_sum / LN2 / n_bytes, n_bytes)
+        # Logged on every step of every rank, updated or not: under DDP each rank must join the epoch-end sync.
+        self.log("val/loss", self.val_loss, prog_bar=True)
+        self.log("val/bpb", self.val_bpb, prog_bar=True)
+
+    def _world_size(self) -> int:
+        return self._trainer.world_size if self._trainer is not None else 1
+
+    def _sum_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self._trainer.strategy.reduce(tensor, reduce_op="sum") if self._world_size() > 1 else tensor
 
     def _log_throughput(self, symbols: int) -> None:
         now = time.perf_counter()

@@ -6,6 +6,11 @@ bytes). A `replay_file` replaces the mixed stream by a fixed one (the raw-subset
 The DataModule's state (batches consumed, each worker's stream cursor, the SentencePiece model bytes) travels
 in the Lightning checkpoint, so a resumed run sees exactly the batches an uninterrupted one would and needs
 nothing outside the checkpoint.
+
+Under DDP each rank trains on its rows of the batches one process with world_size x batch_size would see
+(see packing.py), so every rank holds the same cursors and rank 0's checkpoint serves all; a resume on another
+number of processes is refused. Validation windows are split between ranks without repeats (the model syncs
+the sums), and rank 0's SentencePiece model is broadcast so every rank encodes with the same one.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
@@ -113,12 +119,15 @@ class ProxyDataModule(L.LightningDataModule):
                     raise CorpusError(f"data.spm_model_file {path} does not exist; point it at a SentencePiece .model file")
                 self._spm_model = path.read_bytes()
             else:
-                self._spm_model = train_spm(
+                # Under DDP every rank gets here together (from its dataloaders); rank 0 trains, the rest wait.
+                rank, world = self._rank_and_world()
+                model = None if rank else train_spm(
                     [d.data for d in self._require_corpus().train],
                     self.hparams.spm_vocab_size,
                     self.hparams.spm_train_bytes,
                     self.hparams.seed,
                 )
+                self._spm_model = self.trainer.strategy.broadcast(model, src=0) if world > 1 else model
             self._write_artifacts()
         return self._spm_model
 
@@ -140,9 +149,11 @@ class ProxyDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         workers = self.hparams.num_workers
+        rank, world = self._rank_and_world()
         if self.replay_symbols is not None:
             replay = ReplayStream(
-                self.replay_symbols, self.hparams.seq_len, self.hparams.batch_size, self._batches_consumed, dict(self._cursors)
+                self.replay_symbols, self.hparams.seq_len, self.hparams.batch_size, self._batches_consumed,
+                dict(self._cursors), rank=rank, world_size=world,
             )
             return DataLoader(replay, batch_size=None, num_workers=workers, pin_memory=torch.cuda.is_available())
         stream = TrainStream(
@@ -155,6 +166,8 @@ class ProxyDataModule(L.LightningDataModule):
             self.hparams.seed,
             self._batches_consumed,
             dict(self._cursors),
+            rank=rank,
+            world_size=world,
         )
         return DataLoader(
             stream, batch_size=None, num_workers=workers, persistent_workers=False,
@@ -168,7 +181,17 @@ class ProxyDataModule(L.LightningDataModule):
             view = self.view_config.build(self.spm_model)[compressed]
         documents = [d.data for d in self._require_corpus().val]
         windows = ValWindows(documents, self.hparams.seq_len, self.hparams.val_windows, view)
-        return DataLoader(windows, batch_size=self.hparams.batch_size, shuffle=False, num_workers=0)
+        rank, world = self._rank_and_world()
+        if world == 1:
+            return DataLoader(windows, batch_size=self.hparams.batch_size, shuffle=False, num_workers=0)
+        if len(windows) < world:
+            raise CorpusError(
+                f"validation has {len(windows)} windows, fewer than the {world} processes; "
+                "raise data.val_windows or data.val_fraction"
+            )
+        # Each window once (no padding repeats, which would bias val/bpb); ranks may differ by one window.
+        sampler = UnrepeatedDistributedSampler(windows, num_replicas=world, rank=rank, shuffle=False)
+        return DataLoader(windows, batch_size=self.hparams.batch_size, sampler=sampler, num_workers=0)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         # Runs in the main process just before a batch is used (not when it is prefetched), so the saved cursor
@@ -187,11 +210,20 @@ class ProxyDataModule(L.LightningDataModule):
             "cursors": {logical: c.to_list() for logical, c in self._cursors.items()},
             "spm_model": self._spm_model,
             "config": self._resume_config(),
+            "world_size": self._rank_and_world()[1],
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict.get("format") != STATE_FORMAT:
             raise DataStateError(f"data state has format {state_dict.get('format')!r}, this code reads {STATE_FORMAT}")
+        # First: a run moved to other devices often rescales batch_size too, which the next check would name.
+        saved_world, world = state_dict.get("world_size", 1), self._rank_and_world()[1]
+        if saved_world != world:
+            raise DataStateError(
+                f"the checkpoint was written by {saved_world} training processes and this run has {world}; the "
+                "ranks' rows of the data stream depend on the number of processes, so resume with the same "
+                "trainer.devices x trainer.num_nodes"
+            )
         saved, now = state_dict["config"], self._resume_config()
         changed = [f"{k}: {saved.get(k)!r} -> {v!r}" for k, v in now.items() if saved.get(k) != v]
         if changed:
@@ -212,6 +244,11 @@ class ProxyDataModule(L.LightningDataModule):
         return {k: list(h[k]) if k == "views" else h[k] for k in keys}
 
     # ---- helpers --------------------------------------------------------------------------------------------
+    def _rank_and_world(self) -> tuple[int, int]:
+        """This process's rank and the number of training processes (0, 1 outside a Trainer)."""
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
     def _require_corpus(self) -> Corpus:
         if self.corpus is None:
             raise RuntimeError("ProxyDataModule.setup() has not run; call setup('fit') or pass it to a Trainer")
@@ -227,9 +264,9 @@ class ProxyDataModule(L.LightningDataModule):
 
     def _write_artifacts(self) -> None:
         """The SentencePiece model and a manifest (corpus report, views, schedule) beside the run."""
+        root = self.artifacts_path()  # on every rank: under DDP trainer.log_dir is a broadcast
         if self.trainer is not None and not self.trainer.is_global_zero:
             return
-        root = self.artifacts_path()
         root.mkdir(parents=True, exist_ok=True)
         manifest = {
             "config": self._resume_config(),

@@ -11,6 +11,12 @@ worker l (of W) is batch b*W + l of this rank, which is the optimizer step when 
 accumulation (with accumulation, scale total_steps accordingly). A document's view choice uses the step
 of the window in which it starts.
 
+Several processes (DDP). Rank r of N with batch B keeps rows r*B..(r+1)*B-1 of the batches one process with
+batch N*B would make: every rank's logical worker l builds the same stream of N*B-window batches and packs
+only its own rows. So N processes train on exactly the windows (and views) of one, the schedule step is the
+same, and every rank's cursors are equal (rank 0's checkpoint is valid for all). The price is that each rank
+compresses the whole stream, N times the work of one shard; add DataLoader workers if that starves a GPU.
+
 Resume. Every batch carries a `stream_cursor` (logical worker, windows done, first unfinished document,
 its stream position); that is enough to regenerate the stream exactly from there without redoing any
 compression. `ProxyDataModule` pops the cursor before the batch reaches the model and saves the latest
@@ -146,12 +152,13 @@ class StreamCursor:
 
 
 class TrainStream(IterableDataset):
-    """An endless stream of mixed-view batches, sharded by rank and DataLoader worker.
+    """An endless stream of mixed-view batches, sharded by DataLoader worker; each rank takes its rows.
 
-    Yields whole batches (use ``DataLoader(batch_size=None)``): the worker must know batch edges to derive the
-    schedule step. Documents are visited in a fresh seeded permutation each epoch; worker shard s of S takes
-    every S-th document of it. Everything is a function of (seed, shard, sample counter, step), so the
-    stream is reproducible from a `StreamCursor`.
+    Yields whole batches of `batch_size` windows (use ``DataLoader(batch_size=None)``): the worker must know
+    batch edges to derive the schedule step. Documents are visited in a fresh seeded permutation each epoch;
+    worker shard s of S takes every S-th document of it. Everything is a function of (seed, shard, sample
+    counter, step), so the stream is reproducible from a `StreamCursor`. `rank` of `world_size` processes
+    keeps its rows of the world_size * batch_size-window batches (see the module docstring).
     """
 
     def __init__(
@@ -165,7 +172,10 @@ class TrainStream(IterableDataset):
         seed: int,
         batches_consumed: int = 0,
         cursors: dict[int, StreamCursor] | None = None,
+        rank: int = 0,
+        world_size: int = 1,
     ):
+        _check_rank(rank, world_size)
         self.documents = documents
         self.view_config = view_config
         self.spm_model = spm_model
@@ -175,13 +185,14 @@ class TrainStream(IterableDataset):
         self.seed = seed
         self.batches_consumed = batches_consumed
         self.cursors = cursors or {}
+        self.rank = rank
+        self.world_size = world_size
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = get_worker_info()
         physical, workers = (info.id, info.num_workers) if info else (0, 1)
-        rank, world = _rank_and_world()
         logical = (physical + self.batches_consumed) % workers
-        shard, shards = rank * workers + logical, world * workers
+        shard, shards = logical, workers  # the same on every rank: ranks split batches, not documents
         if shards > len(self.documents):
             raise ValueError(
                 f"{len(self.documents)} train documents cannot feed {shards} loader shards; lower num_workers"
@@ -189,7 +200,8 @@ class TrainStream(IterableDataset):
         cursor = self.cursors.get(logical, StreamCursor(0, 0, 0))
         views = self.view_config.build(self.spm_model)
         compressed = [name for name in self.view_config.names if name != "raw"]
-        T, B = self.seq_len, self.batch_size
+        T, B = self.seq_len, self.batch_size * self.world_size
+        mine = range(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
         per_epoch = len(range(shard, len(self.documents), shards))
         permutations: dict[int, np.ndarray] = {}
 
@@ -212,14 +224,15 @@ class TrainStream(IterableDataset):
         window = cursor.windows
         while True:
             batch = []
-            for _ in range(B):
+            for row in range(B):
                 lo, hi = window * T, window * T + T + 1
                 while next_start < hi:
                     symbols = sample(next_n, next_start)
                     queue.append((next_n, next_start, symbols))
                     next_n, next_start = next_n + 1, next_start + len(symbols)
-                pieces = [s[max(lo - start, 0) : hi - start] for _, start, s in queue if start + len(s) > lo]
-                batch.append(pack_window(pieces, T))
+                if row in mine:
+                    pieces = [s[max(lo - start, 0) : hi - start] for _, start, s in queue if start + len(s) > lo]
+                    batch.append(pack_window(pieces, T))
                 window += 1
                 while queue and queue[0][1] + len(queue[0][2]) <= window * T:
                     queue.popleft()
@@ -233,9 +246,11 @@ class ReplayStream(IterableDataset):
     """A fixed, finite stream of serialized documents (e.g. the raw views another run saw), packed in order.
 
     Windows are cut as in `TrainStream` (seq_len + 1 symbols overlapping by one, positions restarting at each
-    ``<bos>``) and grouped into batches; batch g goes to shard g mod S, so the DataLoader's round-robin hands
-    them out in stream order. One iteration is one pass; the last batch is padded with empty windows so every
-    step has the same shape. Batches carry a `stream_cursor` whose window count lets a resumed run go on.
+    ``<bos>``) and grouped into batches; step s (batch s of one process) goes to worker shard s mod W, so the
+    DataLoader's round-robin hands them out in stream order. With `world_size` N, step s is batches s*N..s*N+N-1
+    and rank r takes batch s*N + r: the rows one process with N times the batch would hold. One iteration is one
+    pass; the last step is padded with empty windows so every step (and every rank) has the same shape and count.
+    Batches carry a `stream_cursor` whose window count lets a resumed run go on.
     """
 
     def __init__(
@@ -245,7 +260,10 @@ class ReplayStream(IterableDataset):
         batch_size: int,
         batches_consumed: int = 0,
         cursors: dict[int, StreamCursor] | None = None,
+        rank: int = 0,
+        world_size: int = 1,
     ):
+        _check_rank(rank, world_size)
         if len(symbols) < 2 or symbols[0] != BOS:
             raise ValueError("a replay stream must hold at least one serialized document starting with <bos>")
         self.symbols = symbols
@@ -253,12 +271,15 @@ class ReplayStream(IterableDataset):
         self.batch_size = batch_size
         self.batches_consumed = batches_consumed
         self.cursors = cursors or {}
+        self.rank = rank
+        self.world_size = world_size
         self.num_windows = -(-(len(symbols) - 1) // seq_len)
         self._doc_starts = np.flatnonzero(np.asarray(symbols) == BOS)
 
     @property
     def num_batches(self) -> int:
-        return -(-self.num_windows // self.batch_size)
+        """Optimizer steps of one pass (batches of one rank)."""
+        return -(-self.num_windows // (self.batch_size * self.world_size))
 
     def window(self, index: int) -> dict[str, torch.Tensor]:
         lo = index * self.seq_len
@@ -272,19 +293,16 @@ class ReplayStream(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = get_worker_info()
         physical, workers = (info.id, info.num_workers) if info else (0, 1)
-        rank, world = _rank_and_world()
         logical = (physical + self.batches_consumed) % workers
-        shard, shards = rank * workers + logical, world * workers
         b = self.cursors.get(logical, StreamCursor(0, 0, 0)).windows // self.batch_size
-        while (g := b * shards + shard) < self.num_batches:
-            first = g * self.batch_size
+        while (step := b * workers + logical) < self.num_batches:
+            first = (step * self.world_size + self.rank) * self.batch_size
             out = collate([self.window(w) for w in range(first, first + self.batch_size)])
             b += 1
             out[CURSOR_KEY] = torch.tensor([logical, b * self.batch_size, 0, 0], dtype=torch.int64)
             yield out
 
 
-def _rank_and_world() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
+def _check_rank(rank: int, world_size: int) -> None:
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} of world_size {world_size}: need world_size >= 1 and 0 <= rank < world_size")
