@@ -16,7 +16,6 @@ import time
 
 import lightning as L
 import torch
-from torchmetrics.aggregation import MeanMetric
 
 from proxycomp.evaluate import IGNORE, LN2, byte_nats, symbol_nats
 from proxycomp.model import ModelConfig, ModelConfigError, Transformer, flops_per_symbol
@@ -92,9 +91,8 @@ class ProxyLM(L.LightningModule):
         self.group_names, group_of_id = range_groups(self.vocabulary, vocab_size)
         self.register_buffer("group_of_id", group_of_id, persistent=False)
         self.flops_per_symbol = flops_per_symbol(self.config, max_seq_len)
-        # Weighted means whose sums torchmetrics syncs across ranks at epoch end.
-        self.val_loss = MeanMetric()
-        self.val_bpb = MeanMetric()
+        # (nats, symbols, raw-byte nats, raw bytes) of the validation epoch so far, on this rank.
+        self._val_sums: torch.Tensor | None = None
         self._last_step_start: float | None = None
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -120,20 +118,26 @@ class ProxyLM(L.LightningModule):
                 self.log(f"train/loss_{name}", total / n)
         return loss
 
+    def on_validation_epoch_start(self) -> None:
+        # Made inside the loop's own grad mode (validate() runs under inference_mode, fit's loop may not).
+        self._val_sums = torch.zeros(4, dtype=torch.float64, device=self.device)
+
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         targets = batch["targets"]
         nats = symbol_nats(self(batch), targets)
-        valid = int((targets != IGNORE).sum())
-        if valid:
-            self.val_loss.update(nats.sum() / valid, valid)
         byte_sum, n_bytes = byte_nats(nats, targets)
-        n_bytes = int(n_bytes)
+        step = torch.stack([nats.sum().double(), (targets != IGNORE).sum().double(), byte_sum.double(),
+                            torch.as_tensor(n_bytes, device=nats.device).double()])
+        self._val_sums += step
+
+    def on_validation_epoch_end(self) -> None:
+        # Sums over every rank's windows, then one division: val/bpb is total bits / total raw bytes, the same
+        # figure a single process gets.
+        nats, symbols, byte_nats_sum, n_bytes = self._sum_over_ranks(self._val_sums).tolist()
+        if symbols:
+            self.log("val/loss", nats / symbols, prog_bar=True)
         if n_bytes:
-            # Weighted by the byte count, so the epoch value is total bits / total bytes.
-            self.val_bpb.update(byte_sum / LN2 / n_bytes, n_bytes)
-        # Logged on every step of every rank, updated or not: under DDP each rank must join the epoch-end sync.
-        self.log("val/loss", self.val_loss, prog_bar=True)
-        self.log("val/bpb", self.val_bpb, prog_bar=True)
+            self.log("val/bpb", byte_nats_sum / LN2 / n_bytes, prog_bar=True)
 
     def _world_size(self) -> int:
         return self._trainer.world_size if self._trainer is not None else 1

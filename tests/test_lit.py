@@ -159,6 +159,16 @@ def test_val_bpb_is_bits_per_raw_byte_over_all_batches():
     assert metrics["val/loss"] == pytest.approx(sum(nats) / 6, rel=1e-5)
 
 
+def test_validate_then_fit_then_validate(tmp_path):
+    # The demo's order: validate() runs under inference_mode, fit's own val loop then adds to fresh sums.
+    lm, data = ProxyLM(**TINY), SyntheticData()
+    trainer = quiet_trainer(max_steps=4, limit_val_batches=1.0, val_check_interval=2, default_root_dir=tmp_path)
+    before = trainer.validate(lm, data, verbose=False)[0]["val/bpb"]
+    trainer.fit(lm, data)
+    after = trainer.validate(lm, data, verbose=False)[0]["val/bpb"]
+    assert math.isfinite(before) and math.isfinite(after) and after != before
+
+
 def test_resume_continues_the_same_loss_curve(tmp_path):
     straight = LossRecorder()
     L.seed_everything(0)
