@@ -19,7 +19,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "smoke" / "proxy_spm.yaml"
 RL_RECIPE = ROOT / "recipes" / "rl" / "demo_cpu.yaml"
-DEMO_STEPS = ["--trainer.max_steps", "1200", "--trainer.val_check_interval", "400"]
 
 
 def main(overrides: list[str]) -> int:
@@ -27,8 +26,7 @@ def main(overrides: list[str]) -> int:
     from proxycomp.cli import main as proxycomp
 
     start = time.perf_counter()
-    # Longer than the smoke recipe's 300 steps: about two CPU minutes buys a visibly better model.
-    cli = build_cli(["--config", str(RECIPE), *DEMO_STEPS, *overrides], run=False)
+    cli = build_cli(["--config", str(RECIPE), *overrides], run=False)
     trainer, lm, data = cli.trainer, cli.model, cli.datamodule
     untrained = trainer.validate(lm, data, verbose=False)[0]["val/bpb"]
     trainer.fit(lm, data)
