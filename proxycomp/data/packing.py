@@ -151,6 +151,14 @@ class StreamCursor:
         return [self.windows, self.document, self.start]
 
 
+def logical_worker(batches_consumed: int) -> tuple[int, int]:
+    """(logical worker, worker count) of the calling DataLoader worker: after `batches_consumed` batches the
+    round-robin has moved on, so physical worker i plays logical worker (i + batches_consumed) mod W."""
+    info = get_worker_info()
+    physical, workers = (info.id, info.num_workers) if info else (0, 1)
+    return (physical + batches_consumed) % workers, workers
+
+
 class TrainStream(IterableDataset):
     """An endless stream of mixed-view batches, sharded by DataLoader worker; each rank takes its rows.
 
@@ -189,20 +197,18 @@ class TrainStream(IterableDataset):
         self.world_size = world_size
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        info = get_worker_info()
-        physical, workers = (info.id, info.num_workers) if info else (0, 1)
-        logical = (physical + self.batches_consumed) % workers
-        shard, shards = logical, workers  # the same on every rank: ranks split batches, not documents
-        if shards > len(self.documents):
+        # Documents are sharded by logical worker, the same on every rank: ranks split batches, not documents.
+        logical, workers = logical_worker(self.batches_consumed)
+        if workers > len(self.documents):
             raise ValueError(
-                f"{len(self.documents)} train documents cannot feed {shards} loader shards; lower num_workers"
+                f"{len(self.documents)} train documents cannot feed {workers} loader shards; lower num_workers"
             )
         cursor = self.cursors.get(logical, StreamCursor(0, 0, 0))
         views = self.view_config.build(self.spm_model)
         compressed = [name for name in self.view_config.names if name != "raw"]
         T, B = self.seq_len, self.batch_size * self.world_size
         mine = range(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
-        per_epoch = len(range(shard, len(self.documents), shards))
+        per_epoch = len(range(logical, len(self.documents), workers))
         permutations: dict[int, np.ndarray] = {}
 
         def step_of_window(window: int) -> int:
@@ -213,9 +219,9 @@ class TrainStream(IterableDataset):
             if epoch not in permutations:
                 permutations.clear()
                 permutations[epoch] = np.random.default_rng((self.seed, epoch)).permutation(len(self.documents))
-            data = self.documents[permutations[epoch][shard + index * shards]]
+            data = self.documents[permutations[epoch][logical + index * workers]]
             mode, r = self.schedule.at(step_of_window(start // T))
-            names = choose_views(mode, r, compressed, np.random.default_rng((self.seed, shard, n)))
+            names = choose_views(mode, r, compressed, np.random.default_rng((self.seed, logical, n)))
             return serialize_views([(name, views[name].encode_array(data)) for name in names])
 
         # queue: (sample counter, stream start, symbols) of documents not yet passed by the window start
@@ -291,9 +297,7 @@ class ReplayStream(IterableDataset):
         return pack_window([np.asarray(self.symbols[a:b]) for a, b in zip(edges, edges[1:])], self.seq_len)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        info = get_worker_info()
-        physical, workers = (info.id, info.num_workers) if info else (0, 1)
-        logical = (physical + self.batches_consumed) % workers
+        logical, workers = logical_worker(self.batches_consumed)
         b = self.cursors.get(logical, StreamCursor(0, 0, 0)).windows // self.batch_size
         while (step := b * workers + logical) < self.num_batches:
             first = (step * self.world_size + self.rank) * self.batch_size
