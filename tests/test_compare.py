@@ -217,6 +217,9 @@ def test_presets_parse_and_bad_fields_are_named(tmp_path):
         load_preset("h100_huge")
     assert parse_assignment("max_documents=null") == ("max_documents", None)
     assert parse_assignment("budget=3") == ("budget", 3.0)
+    assert parse_assignment("budget=5e15") == ("budget", 5e15)  # YAML 1.1 reads this as a string
+    with pytest.raises(CompareError, match="expected"):
+        parse_assignment("lr=fast")
     with pytest.raises(CompareError, match="expected"):
         parse_assignment("seq_len=long")
     with pytest.raises(CompareError, match="model_size"):
@@ -249,6 +252,10 @@ def test_tool_reports_bad_input_in_one_line(tmp_path, capsys):
     assert _tool(["--out", str(tmp_path / "o"), "--preset", "h200_base", "--dry-run"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 6 and all("steps" in line for line in lines[:5]) and "raw_subset" in lines[5]
+    # --set overrides the preset; an unset flag (--budget here) does not undo it
+    assert _tool(["--out", str(tmp_path / "o"), "--preset", "h200_base", "--set", "budget=6e15", "--arms", "byte",
+                  "--dry-run"]) == 0
+    assert "357 steps" in capsys.readouterr().out  # 6e15 / (2.56e8 FLOPs x 65,536 symbols per step)
     assert _tool(["--out", str(tmp_path / "o"), "--resume-from", str(tmp_path / "none")]) == 2
     assert "no results.json" in capsys.readouterr().err
 

@@ -62,11 +62,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         overrides = dict(parse_assignment(a) for a in args.set)
-        overrides.update({
+        flags = {
             "budget": args.budget, "budget_unit": args.budget_unit, "model_size": args.model_size,
             "seq_len": args.seq_len, "batch_size": args.batch_size, "source": args.source, "path": args.path,
             "max_documents": args.max_documents, "num_workers": args.num_workers, "attn_backend": args.attn_backend,
-        })
+        }
+        overrides.update({k: v for k, v in flags.items() if v is not None})  # an unset flag keeps a --set value
         spec = build_spec(args.preset, overrides)
         arms = parse_arms(args.arms)
         if args.resume_from:

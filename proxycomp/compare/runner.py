@@ -148,8 +148,10 @@ class Comparison:
         self.log(f"{arm.name}: fit in {fit_s:.0f} s (data setup included), scoring")
         scorer = scorer_for(dm, self.spec.stride, self.spec.eval_batch_size)
         documents = leading_documents([d.data for d in dm.corpus.val], self.spec.eval_max_bytes)
-        clean = scorer(lm.model, documents)
-        perturbed = scorer(lm.model, self.perturbed(documents))
+        # Lightning's teardown leaves the model on the CPU; score it where it trained (the Triton backend needs CUDA).
+        model = lm.model.to("cuda" if torch.cuda.is_available() else "cpu")
+        clean = scorer(model, documents)
+        perturbed = scorer(model, self.perturbed(documents))
         used = plan.flops if self.budget.unit == "flops" else plan.symbols
         record.update({
             "status": "done", "steps": trainer.global_step, "symbols": plan.symbols, "flops": plan.flops,

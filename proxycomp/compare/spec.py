@@ -120,6 +120,11 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     value = yaml.safe_load(raw)
     hint = typing.get_type_hints(CompareSpec)[name]
     allowed = typing.get_args(hint) or (hint,)
+    if isinstance(value, str) and float in allowed:
+        try:  # YAML 1.1 reads "5e15" (no dot) as a string
+            value = float(value)
+        except ValueError:
+            pass
     if type(value) is int and float in allowed:
         value = float(value)
     if not isinstance(value, tuple(t for t in allowed if isinstance(t, type))):
