@@ -5,7 +5,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shlex
 import sys
 import time
@@ -121,12 +120,14 @@ def _cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _record(size: str, argv: list[str], table: str, summary: str, results: list[EvalResult]) -> None:
+    import torch
+    import triton
+
     device = next((r.device for r in results if r.device), "n/a")
     if device == "cuda":
-        import torch
-
         device = torch.cuda.get_device_name(0)
-    title = f"gym bench {datetime.date.today().isoformat()} ({device}, size {size}, {platform.node()})"
+    versions = f"torch {torch.__version__}, triton {triton.__version__}"
+    title = f"gym bench {datetime.date.today().isoformat()} ({device}, {versions}, size {size})"
     block = f"\n### {title}\n\n`proxycomp gym {shlex.join(argv)}`\n\n{table}\n\n{summary}\n"
     append_block(BENCHMARKS_PATH, BENCH_HEADING, block)
 
