@@ -1,18 +1,31 @@
-"""Embedding gather for a small vocabulary, optionally fused with the first RMSNorm.
+"""Embedding gather, optionally fused with the first RMSNorm, with a bandwidth-bound backward.
 
-The forward is a gather. The backward must sum the output gradients of every token that used a row;
-with a few hundred rows, global atomics would serialize on the hot rows (the space byte alone is a
-sizeable share of code). Instead token positions are sorted by id (stable, so the result is
-deterministic) and the sorted array is cut into fixed chunks of at most `MAX_CHUNK` tokens. Pass 1 walks each
-chunk run by run (a run = the chunk's tokens of one row), sums each run in registers and writes a run
-that lies wholly inside the chunk straight to its row; only the first and last run of a chunk can
-cross into a neighbour, and those go to two per-chunk slots. Pass 2 adds up the slots of each row that
-crosses chunks and zero-fills unused rows. No atomics, no host sync, four launches (sort,
-searchsorted, two kernels): at these sizes launch overhead matters as much as bandwidth.
+Forward: one gather kernel. It also writes each id as the narrowest integer that holds the vocabulary
+(int16 up to 32,768 rows), the key the backward sorts, and flags ids outside the table, so the id
+range check costs no extra pass over the ids (a device-side assert on the GPU, as in torch).
+
+Backward: dW[row] is the sum of the output gradients of the tokens with that id. Global atomics would
+serialize on hot rows (the space byte is a sizeable share of code) and make the sum order vary, so:
+  1. `torch.sort` of the int16 keys (stable; two 8-bit radix passes) gives token positions by id.
+  2. A segment-sum kernel: each program owns a fixed chunk of sorted positions and a block of columns,
+     so every program moves the same bytes whatever the id skew. It gathers tiles of gradient rows
+     and sums the runs of equal ids inside a tile with one small matmul by a 0/1 "same run, not
+     later" matrix (tensor cores, fp32 sums); a carry links the tiles of a chunk. Each run that lies
+     inside the chunk goes straight to dW. Only the first and last run of a chunk can cross into a
+     neighbour; those go to two fp32 slots per chunk. Each row's first sorted position is recorded.
+  3. A finishing kernel, again per chunk: the row that crosses the chunk's end and starts in it adds
+     up its slots; the rows between this chunk's ids that no token uses are zeroed.
+No host syncs, no data-dependent grid sizes, deterministic. Every gradient byte is read once; the
+rest is the sort and two slot rows per chunk (1 MB at 65,536 tokens x 1024, L2-resident).
+
+A one-hot GEMM (dW = onehot(ids)^T @ grad, no sort) was weighed for the byte vocabulary and left
+out: its 2*V*N*D FLOPs at V=260 (padded to 320 for 64-row MMA tiles) are 4.3e10 for 65,536 x 1024,
+over 60 us even at the 701 TFLOP/s cuBLAS reaches on the H200, against ~31 us to read the gradient
+once (4.3 TB/s) plus ~15 us of sort. It only wins below ~150 rows, which no vocabulary here has.
 
 Fusing RMSNorm: the normed output depends on the row only, so its backward is linear in the summed
-output gradient of that row. Pass 1 sums both gradients per row and pass 2 applies the RMSNorm
-backward once per row, not once per token.
+output gradient of that row. The same two kernels sum both gradients per row into fp32 buffers and a
+row kernel applies the RMSNorm backward once per row, not once per token.
 """
 from __future__ import annotations
 
@@ -20,134 +33,208 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch_checks import KernelInputError, check_device, check_rank
+from .launch_checks import KernelInputError, check_device, check_rank, interpreting
 
-MAX_CHUNK = 256  # sorted tokens per pass-1 program at most: bounds the longest program whatever the id skew
+FWD_BLOCK_T = 16  # tokens per forward program: a 16 x 1024 bf16 tile is 32 KB of stores in flight
+BLOCK_T = 32  # sorted tokens per segment-sum tile
+TARGET_PROGRAMS = 1024  # segment-sum programs to aim for: ~8 per H200 SM, enough loads in flight
+MAX_CHUNK = 1024  # sorted tokens per chunk at most; larger inputs get more programs instead
+BLOCK_C = 16  # chunks whose slots the finishing kernel adds per step
+BLOCK_R = 64  # rows the finishing kernel zeroes per step
 
 
-def _chunk_size(tokens: int, vocab: int) -> int:
-    """About four rows' worth of tokens per chunk: a chunk walks its runs one after another, so with many
-    rare rows (an SPM range) small chunks keep that walk short and the grid wide."""
-    return max(16, min(MAX_CHUNK, triton.next_power_of_2(max(1, 4 * tokens // vocab))))
+def _chunk_size(tokens: int, column_blocks: int) -> int:
+    """Sorted tokens per segment-sum program: about TARGET_PROGRAMS programs in all, whole tiles only."""
+    want = triton.cdiv(tokens * column_blocks, TARGET_PROGRAMS)
+    return max(BLOCK_T, min(MAX_CHUNK, triton.next_power_of_2(want)))
 
 
 # ----------------------------------------------------------------------------------------------
 # kernels
 # ----------------------------------------------------------------------------------------------
 @triton.jit
-def _embedding_fwd_kernel(IDS, W, OUT, N, D, stride_w, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
-    offs_t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
-    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    ok = (offs_t[:, None] < N) & (offs_d[None, :] < D)
-    ids = tl.load(IDS + offs_t, mask=offs_t < N, other=0).to(tl.int64)
-    rows = tl.load(W + ids[:, None] * stride_w + offs_d[None, :], mask=ok)
-    tl.store(OUT + offs_t[:, None] * D + offs_d[None, :], rows, mask=ok)
+def _both(flag, mask):
+    """A scalar condition and a vector one; a select, since the interpreter makes bool scalar & vector int32."""
+    return tl.where(flag, mask, False)
 
 
 @triton.jit
-def _embedding_rmsnorm_fwd_kernel(IDS, W, NORM_W, X, Y, N, D, stride_w, eps,
+def _load_ids(IDS, KEYS, OK, offs_t, t_ok, write_keys, V):
+    """The tile's ids; stores them as sort keys (when `write_keys`) and clears OK if any is out of range."""
+    ids = tl.load(IDS + offs_t, mask=t_ok, other=0)
+    valid = (ids >= 0) & (ids < V)
+    tl.store(KEYS + offs_t, ids.to(KEYS.dtype.element_ty), mask=_both(write_keys, t_ok))
+    tl.store(OK + offs_t * 0, tl.zeros_like(offs_t).to(OK.dtype.element_ty), mask=t_ok & ~valid)
+    return ids.to(tl.int64), t_ok & valid
+
+
+@triton.jit
+def _embedding_fwd_kernel(IDS, W, OUT, KEYS, OK, N, D, V, stride_w, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    offs_t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    ids, valid = _load_ids(IDS, KEYS, OK, offs_t, offs_t < N, tl.program_id(1) == 0, V)
+    rows = tl.load(W + ids[:, None] * stride_w + offs_d[None, :], mask=valid[:, None] & d_ok[None, :])
+    tl.store(OUT + offs_t[:, None] * D + offs_d[None, :], rows, mask=(offs_t < N)[:, None] & d_ok[None, :])
+
+
+@triton.jit
+def _embedding_rmsnorm_fwd_kernel(IDS, W, NORM_W, X, Y, KEYS, OK, N, D, V, stride_w, eps,
                                   BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     offs_t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < D
-    ok = (offs_t[:, None] < N) & d_ok[None, :]
-    ids = tl.load(IDS + offs_t, mask=offs_t < N, other=0).to(tl.int64)
-    rows = tl.load(W + ids[:, None] * stride_w + offs_d[None, :], mask=ok, other=0.0)
+    t_ok = offs_t < N
+    ids, valid = _load_ids(IDS, KEYS, OK, offs_t, t_ok, tl.program_id(1) == 0, V)
+    rows = tl.load(W + ids[:, None] * stride_w + offs_d[None, :], mask=valid[:, None] & d_ok[None, :], other=0.0)
     g = tl.load(NORM_W + offs_d, mask=d_ok, other=0.0).to(tl.float32)
     xf = rows.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(xf * xf, 1) / D + eps)
     out_offs = offs_t[:, None] * D + offs_d[None, :]
+    ok = t_ok[:, None] & d_ok[None, :]
     tl.store(X + out_offs, rows, mask=ok)
     tl.store(Y + out_offs, (xf * rstd[:, None] * g[None, :]).to(Y.dtype.element_ty), mask=ok)
 
 
 @triton.jit
-def _embedding_bwd_chunks_kernel(GRAD_X, GRAD_Y, SORTED_IDS, PERM, ROW_BOUNDS, SLOTS_X, SLOTS_Y, OUT_X, OUT_Y, N, D,
-                                 CHUNK: tl.constexpr, TWO_GRADS: tl.constexpr, BLOCK_T: tl.constexpr,
-                                 BLOCK_D: tl.constexpr):
-    """Pass 1: sum each run of one chunk of sorted tokens; inside runs go to OUT[row], border runs to slots."""
+def _run_sums(G, ptrs, ok, same_run, head_run, carry, EXACT_DOT: tl.constexpr):
+    """Row t: the sum of its run's tokens in the tile up to t, plus `carry` in the tile's first run.
+
+    One small matmul with a 0/1 matrix: exact products and fp32 sums, on the tensor cores for 16-bit
+    grads. EXACT_DOT (fp32 grads, and the interpreter, whose bf16 dots are wrong in triton 3.9) takes
+    full fp32 products instead of the tf32 default.
+    """
+    g = tl.load(G + ptrs, mask=ok, other=0.0)
+    if EXACT_DOT:
+        sums = tl.dot(same_run.to(tl.float32), g.to(tl.float32), input_precision="ieee")
+    else:
+        sums = tl.dot(same_run.to(g.dtype), g)
+    return tl.where(head_run, sums + carry[None, :], sums)
+
+
+@triton.jit
+def _store_runs(OUT, SLOTS, sums, dst, slot, inside, border, any_border):
+    """Runs ending here: inside the chunk to their row of OUT, crossing its border to the chunk's slot."""
+    tl.store(OUT + dst, sums.to(OUT.dtype.element_ty), mask=inside)
+    if any_border:  # at most two per chunk: the branch keeps the slot addresses out of most tiles' registers
+        tl.store(SLOTS + slot, sums, mask=border)
+
+
+@triton.jit
+def _segment_sums_kernel(GRAD_X, GRAD_Y, KEYS, PERM, OUT_X, OUT_Y, SLOTS_X, SLOTS_Y, ROW_START, N, D,
+                         CHUNK: tl.constexpr, TWO_GRADS: tl.constexpr, EXACT_DOT: tl.constexpr,
+                         BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Sum the runs of equal keys in one chunk of sorted tokens (see the module docstring, step 2)."""
     chunk = tl.program_id(0)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     d_ok = offs_d < D
-    # int64 throughout: the row bounds (from searchsorted) are int64 and `pos` is carried across the loop.
-    c0 = chunk.to(tl.int64) * CHUNK
+    c0 = chunk * CHUNK
     c1 = tl.minimum(c0 + CHUNK, N)
-    pos = c0
-    while pos < c1:
-        row = tl.load(SORTED_IDS + pos).to(tl.int64)
-        r0 = tl.load(ROW_BOUNDS + row)
-        r1 = tl.load(ROW_BOUNDS + row + 1)
-        end = tl.minimum(r1, c1)
-        acc_x = tl.zeros([BLOCK_D], dtype=tl.float32)
-        acc_y = tl.zeros([BLOCK_D], dtype=tl.float32)
-        for t in range(pos, end, BLOCK_T):
-            offs_t = t + tl.arange(0, BLOCK_T)
-            t_ok = offs_t < end
-            src = tl.load(PERM + offs_t, mask=t_ok, other=0)
-            ptrs = src[:, None] * D + offs_d[None, :]
-            ok = t_ok[:, None] & d_ok[None, :]
-            acc_x += tl.sum(tl.load(GRAD_X + ptrs, mask=ok, other=0.0).to(tl.float32), 0)
-            if TWO_GRADS:
-                acc_y += tl.sum(tl.load(GRAD_Y + ptrs, mask=ok, other=0.0).to(tl.float32), 0)
-        # Masks are broadcast to vectors first: the interpreter rejects scalar masks.
-        inside = (offs_d * 0 + ((r0 >= c0) & (r1 <= c1)).to(tl.int32)) != 0
-        slot = (chunk * 2 + (r0 >= c0).to(tl.int32)).to(tl.int64) * D + offs_d  # 0: first run, 1: last run
-        tl.store(OUT_X + row * D + offs_d, acc_x.to(OUT_X.dtype.element_ty), mask=d_ok & inside)
-        tl.store(SLOTS_X + slot, acc_x, mask=d_ok & ~inside)
+    first_row = tl.load(KEYS + c0).to(tl.int32)
+    last_row = tl.load(KEYS + c1 - 1).to(tl.int32)
+    # Neighbours through clamped scalar loads (the interpreter rejects scalar masks); -1 means none.
+    before = tl.where(c0 > 0, tl.load(KEYS + tl.maximum(c0 - 1, 0)).to(tl.int32), -1)
+    after = tl.where(c1 < N, tl.load(KEYS + tl.minimum(c1, N - 1)).to(tl.int32), -1)
+    from_before = before == first_row
+    into_next = after == last_row
+    carry_x = tl.zeros([BLOCK_D], dtype=tl.float32)
+    carry_y = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for t0 in range(c0, c1, BLOCK_T):
+        offs_t = t0 + tl.arange(0, BLOCK_T)
+        t_ok = offs_t < c1
+        rows = tl.load(KEYS + offs_t, mask=t_ok, other=-1).to(tl.int32)
+        prev = tl.load(KEYS + offs_t - 1, mask=t_ok & (offs_t > c0), other=-1).to(tl.int32)
+        nxt = tl.load(KEYS + offs_t + 1, mask=offs_t + 1 < c1, other=-1).to(tl.int32)
+        starts = rows != prev  # true at the chunk's first token: runs are cut at chunk borders
+        ends = t_ok & (rows != nxt)
+        src = tl.load(PERM + offs_t, mask=t_ok, other=0).to(tl.int64)
+        ptrs = src[:, None] * D + offs_d[None, :]
+        ok = t_ok[:, None] & d_ok[None, :]
+        run = tl.cumsum(starts.to(tl.int32), 0)
+        same_run = (run[:, None] == run[None, :]) & (offs_t[None, :] <= offs_t[:, None])
+        head_run = (run == tl.min(run, 0))[:, None]  # goes on with the open run of the previous tile
+        tail_open = ((offs_t == t0 + BLOCK_T - 1) & ~ends)[:, None]
+        sum_x = _run_sums(GRAD_X, ptrs, ok, same_run, head_run, carry_x, EXACT_DOT)
+        carry_x = tl.sum(tl.where(tail_open, sum_x, 0.0), 0)
         if TWO_GRADS:
-            tl.store(OUT_Y + row * D + offs_d, acc_y, mask=d_ok & inside)
-            tl.store(SLOTS_Y + slot, acc_y, mask=d_ok & ~inside)
-        pos = end
+            sum_y = _run_sums(GRAD_Y, ptrs, ok, same_run, head_run, carry_y, EXACT_DOT)
+            carry_y = tl.sum(tl.where(tail_open, sum_y, 0.0), 0)
+        first_run = _both(from_before, rows == first_row)
+        border = ends & (first_run | _both(into_next, rows == last_row))
+        inside = ok & (ends & ~border)[:, None]
+        any_border = tl.sum(border.to(tl.int32), 0) > 0
+        dst = rows.to(tl.int64)[:, None] * D + offs_d[None, :]
+        # Slot 0 holds the run that began in an earlier chunk, slot 1 the one that goes on into the next.
+        slot = (chunk * 2 + tl.where(first_run, 0, 1)).to(tl.int64)[:, None] * D + offs_d[None, :]
+        _store_runs(OUT_X, SLOTS_X, sum_x, dst, slot, inside, ok & border[:, None], any_border)
+        if TWO_GRADS:
+            _store_runs(OUT_Y, SLOTS_Y, sum_y, dst, slot, inside, ok & border[:, None], any_border)
+        row_starts = t_ok & starts & ~_both(from_before, offs_t == c0)
+        tl.store(ROW_START + rows, offs_t, mask=_both(tl.program_id(1) == 0, row_starts))
 
 
 @triton.jit
-def _row_border_sum(SLOTS, r0, r1, offs_d, d_ok, D, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Sum of the slots holding a row that crosses chunks (zero for rows that do not)."""
-    first = r0 // CHUNK
-    last = tl.maximum(r1 - 1, r0) // CHUNK
-    stop = tl.where(last > first, last + 1, first)  # empty loop unless the row crosses a chunk border
-    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
-    for c in range(first, stop):
-        # In its first chunk the row is that chunk's last run (slot 1); later, the first run (slot 0).
-        slot = c * 2 + (c == first).to(tl.int32)
-        acc += tl.load(SLOTS + slot.to(tl.int64) * D + offs_d, mask=d_ok, other=0.0)
-    return acc, last > first
-
-
-@triton.jit
-def _embedding_bwd_rows_kernel(SLOTS_X, ROW_BOUNDS, DW, D, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Pass 2: finish rows that cross chunks and zero-fill unused rows; pass 1 wrote all others."""
-    row = tl.program_id(0).to(tl.int64)
+def _finish_rows_kernel(KEYS, ROW_START, SLOTS, OUT, N, V, D, n_chunks, CHUNK: tl.constexpr,
+                        BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Per chunk: write the row that crosses its end and starts in it, and zero the unused rows it owns."""
+    chunk = tl.program_id(0)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     d_ok = offs_d < D
-    r0 = tl.load(ROW_BOUNDS + row)
-    r1 = tl.load(ROW_BOUNDS + row + 1)
-    acc, crosses = _row_border_sum(SLOTS_X, r0, r1, offs_d, d_ok, D, CHUNK, BLOCK_D)
-    mine = (offs_d * 0 + (crosses | (r1 == r0)).to(tl.int32)) != 0
-    tl.store(DW + row * D + offs_d, acc.to(DW.dtype.element_ty), mask=d_ok & mine)
+    c0 = chunk * CHUNK
+    c1 = tl.minimum(c0 + CHUNK, N)
+    last_row = tl.load(KEYS + c1 - 1).to(tl.int32)
+    before = tl.where(c0 > 0, tl.load(KEYS + tl.maximum(c0 - 1, 0)).to(tl.int32), -1)
+    after = tl.where(c1 < N, tl.load(KEYS + tl.minimum(c1, N - 1)).to(tl.int32), -1)
+    owns = (after == last_row) & (before != last_row)
+    acc = tl.load(SLOTS + (chunk * 2 + 1).to(tl.int64) * D + offs_d, mask=_both(owns, d_ok), other=0.0)
+    c = chunk + 1
+    more = owns
+    while more:  # later chunks that begin with this row: their slot 0
+        offs_c = c + tl.arange(0, BLOCK_C)
+        heads = tl.load(KEYS + tl.minimum(offs_c * CHUNK, N - 1)).to(tl.int32)
+        in_row = (offs_c < n_chunks) & (heads == last_row)
+        ptrs = (offs_c * 2).to(tl.int64)[:, None] * D + offs_d[None, :]
+        acc += tl.sum(tl.load(SLOTS + ptrs, mask=in_row[:, None] & d_ok[None, :], other=0.0), 0)
+        more = tl.sum(in_row.to(tl.int32), 0) == BLOCK_C
+        c += BLOCK_C
+    tl.store(OUT + last_row.to(tl.int64) * D + offs_d, acc.to(OUT.dtype.element_ty), mask=_both(owns, d_ok))
+    # Rows after the previous chunk's last id and before this chunk's last one (all rows up to V for the
+    # final chunk) are either used in this chunk or by no token. ROW_START holds a used row's first
+    # sorted position; other entries are never written, so they are only trusted where KEYS confirms.
+    hi = tl.where(chunk == n_chunks - 1, V, last_row)
+    for r0 in range(before + 1, hi, BLOCK_R):
+        rows = r0 + tl.arange(0, BLOCK_R)
+        r_ok = rows < hi
+        start = tl.load(ROW_START + rows, mask=r_ok, other=-1)
+        seen = r_ok & (start >= 0) & (start < N)
+        used = seen & (tl.load(KEYS + start, mask=seen, other=-1).to(tl.int32) == rows)
+        zeros = tl.zeros([BLOCK_R, BLOCK_D], dtype=OUT.dtype.element_ty)
+        tl.store(OUT + rows.to(tl.int64)[:, None] * D + offs_d[None, :], zeros,
+                 mask=(r_ok & ~used)[:, None] & d_ok[None, :])
 
 
 @triton.jit
-def _embedding_rmsnorm_bwd_rows_kernel(SLOTS_X, SLOTS_Y, SUM_X, SUM_Y, ROW_BOUNDS, W, NORM_W, DW, DG_ROWS, D,
-                                       stride_w, eps, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Pass 2 with the RMSNorm backward applied once to each row's summed gradient of the normed output."""
-    row = tl.program_id(0).to(tl.int64)
+def _rmsnorm_rows_bwd_kernel(SUM_X, SUM_Y, W, NORM_W, DW, DG_PART, V, D, stride_w, eps,
+                             BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+    """RMSNorm backward once per row from its summed gradients; one partial dnorm_weight per program."""
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < D
-    r0 = tl.load(ROW_BOUNDS + row)
-    r1 = tl.load(ROW_BOUNDS + row + 1)
-    border_x, crosses = _row_border_sum(SLOTS_X, r0, r1, offs_d, d_ok, D, CHUNK, BLOCK_D)
-    border_y, crosses = _row_border_sum(SLOTS_Y, r0, r1, offs_d, d_ok, D, CHUNK, BLOCK_D)
-    inside = (offs_d * 0 + ((r1 > r0) & ~crosses).to(tl.int32)) != 0  # pass 1 wrote SUM_*[row]
-    sum_x = border_x + tl.load(SUM_X + row * D + offs_d, mask=d_ok & inside, other=0.0)
-    sum_y = border_y + tl.load(SUM_Y + row * D + offs_d, mask=d_ok & inside, other=0.0)
-    w = tl.load(W + row * stride_w + offs_d, mask=d_ok, other=0.0).to(tl.float32)
     g = tl.load(NORM_W + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(w * w, 0) / D + eps)
-    gy = g * sum_y
-    dw = sum_x + rstd * gy - w * (rstd * rstd * rstd / D) * tl.sum(gy * w, 0)
-    tl.store(DW + row * D + offs_d, dw.to(DW.dtype.element_ty), mask=d_ok)
-    tl.store(DG_ROWS + row * D + offs_d, sum_y * w * rstd, mask=d_ok)
+    dg = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for r0 in range(tl.program_id(0) * BLOCK_R, V, tl.num_programs(0) * BLOCK_R):
+        rows = (r0 + tl.arange(0, BLOCK_R)).to(tl.int64)
+        ok = (rows < V)[:, None] & d_ok[None, :]
+        offs = rows[:, None] * D + offs_d[None, :]
+        sum_x = tl.load(SUM_X + offs, mask=ok, other=0.0)
+        sum_y = tl.load(SUM_Y + offs, mask=ok, other=0.0)
+        w = tl.load(W + rows[:, None] * stride_w + offs_d[None, :], mask=ok, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(w * w, 1) / D + eps)
+        gy = g[None, :] * sum_y
+        proj = rstd * rstd * rstd / D * tl.sum(gy * w, 1)
+        dw = sum_x + rstd[:, None] * gy - w * proj[:, None]
+        tl.store(DW + offs, dw.to(DW.dtype.element_ty), mask=ok)
+        dg += tl.sum(sum_y * w * rstd[:, None], 0)
+    tl.store(DG_PART + tl.program_id(0) * D + offs_d, dg, mask=d_ok)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -171,68 +258,83 @@ def _check_inputs(op: str, ids: torch.Tensor, weight: torch.Tensor, norm_weight:
         check_device(op, ids=ids, weight=weight)
     if ids.numel() and weight.shape[0] == 0:
         raise KernelInputError(f"{op}: weight has no rows")
-    if ids.numel():
-        # An out-of-range id would read outside the table. On the GPU the check is a device-side assert,
-        # as in torch's own embedding: a host sync per call would stall the launch queue.
-        message = f"{op}: ids must lie in [0, {weight.shape[0]}) for a table of {weight.shape[0]} rows"
-        low, high = torch.aminmax(ids)
-        if ids.device.type == "cuda":
-            torch._assert_async((low >= 0) & (high < weight.shape[0]), message)
-        elif int(low) < 0 or int(high) >= weight.shape[0]:
-            raise KernelInputError(f"{message}, got range [{int(low)}, {int(high)}]")
 
 
-def _sorted_tokens(flat_ids: torch.Tensor, vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Ids sorted (stable), the token positions in that order, and each row's [start, end) in it."""
-    sorted_ids, perm = torch.sort(flat_ids, stable=True)
-    bounds = torch.searchsorted(sorted_ids, torch.arange(vocab + 1, device=flat_ids.device, dtype=flat_ids.dtype))
-    return sorted_ids, perm, bounds
+def _id_buffers(flat: torch.Tensor, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sort keys (int16 when the vocabulary fits: half the radix passes of int32) and the ids-in-range flag."""
+    key_dtype = torch.int16 if vocab <= 2**15 else torch.int32
+    keys = torch.empty(flat.numel(), device=flat.device, dtype=key_dtype)
+    return keys, torch.ones(1, device=flat.device, dtype=torch.int32)
 
 
-def _row_block(dim: int) -> int:
-    return min(triton.next_power_of_2(dim), 256)
+def _raise_on_bad_ids(op: str, flat: torch.Tensor, vocab: int, ok: torch.Tensor) -> None:
+    message = f"{op}: ids must lie in [0, {vocab}) for a table of {vocab} rows"
+    if flat.device.type == "cuda":
+        # A device-side assert, as in torch's own embedding: a host sync per call would stall the queue.
+        torch._assert_async(ok, message)
+    elif not ok.item():
+        low, high = torch.aminmax(flat)
+        raise KernelInputError(f"{message}, got range [{int(low)}, {int(high)}]")
 
 
-def embedding_forward(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    flat = ids.reshape(-1)
-    n, dim = flat.numel(), weight.shape[1]
-    out = torch.empty(n, dim, device=weight.device, dtype=weight.dtype)
-    block_t, block_d = 16, min(triton.next_power_of_2(dim), 1024)
-    _embedding_fwd_kernel[(triton.cdiv(n, block_t), triton.cdiv(dim, block_d))](
-        flat, weight, out, n, dim, weight.stride(0), BLOCK_T=block_t, BLOCK_D=block_d, num_warps=4)
-    return out.view(*ids.shape, dim)
+def _sum_rows(keys: torch.Tensor, grads: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+    """outs[i][row] = sum of grads[i] over the tokens whose key is `row` (zero where none): one or two grads."""
+    n = keys.numel()
+    vocab, dim = outs[0].shape
+    sorted_keys, perm = torch.sort(keys, stable=True)  # stable: each row sums its tokens in order
+    block_d = max(16, min(triton.next_power_of_2(dim), 128))  # tl.dot takes 16 columns at least
+    column_blocks = triton.cdiv(dim, block_d)
+    chunk = _chunk_size(n, column_blocks)
+    chunks = triton.cdiv(n, chunk)
+    slots = [torch.empty(2 * chunks, dim, device=keys.device, dtype=torch.float32) for _ in grads]
+    row_start = torch.empty(vocab, device=keys.device, dtype=torch.int32)  # see _finish_rows_kernel
+    grid = (chunks, column_blocks)
+    _segment_sums_kernel[grid](grads[0], grads[-1], sorted_keys, perm, outs[0], outs[-1], slots[0], slots[-1],
+                               row_start, n, dim, CHUNK=chunk, TWO_GRADS=len(grads) == 2,
+                               EXACT_DOT=interpreting() or grads[0].dtype == torch.float32, BLOCK_T=BLOCK_T,
+                               BLOCK_D=block_d, num_warps=4)
+    for slot, out in zip(slots, outs):
+        _finish_rows_kernel[grid](sorted_keys, row_start, slot, out, n, vocab, dim, chunks, CHUNK=chunk,
+                                  BLOCK_C=BLOCK_C, BLOCK_R=BLOCK_R, BLOCK_D=block_d, num_warps=4)
 
 
-def embedding_backward(ids: torch.Tensor, grad_out: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def embedding_forward(ids: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight[ids], the ids as sort keys for the backward)."""
     flat = ids.reshape(-1)
     n = flat.numel()
     vocab, dim = weight.shape
-    grad = grad_out.reshape(-1, dim).contiguous()
-    dw = torch.empty(vocab, dim, device=weight.device, dtype=weight.dtype)
-    sorted_ids, perm, bounds = _sorted_tokens(flat, vocab)
-    chunk = _chunk_size(n, vocab)
-    chunks = triton.cdiv(n, chunk)
-    slots = torch.empty(2 * chunks, dim, device=weight.device, dtype=torch.float32)
-    block_d = _row_block(dim)
-    if chunks:
-        _embedding_bwd_chunks_kernel[(chunks, triton.cdiv(dim, block_d))](
-            grad, grad, sorted_ids, perm, bounds, slots, slots, dw, dw, n, dim,
-            CHUNK=chunk, TWO_GRADS=False, BLOCK_T=min(32, chunk), BLOCK_D=block_d, num_warps=4)
-    _embedding_bwd_rows_kernel[(vocab, triton.cdiv(dim, block_d))](
-        slots, bounds, dw, dim, CHUNK=chunk, BLOCK_D=block_d, num_warps=4)
+    out = torch.empty(n, dim, device=weight.device, dtype=weight.dtype)
+    keys, ok = _id_buffers(flat, vocab)
+    if n:
+        block_d = min(triton.next_power_of_2(dim), 1024)
+        _embedding_fwd_kernel[(triton.cdiv(n, FWD_BLOCK_T), triton.cdiv(dim, block_d))](
+            flat, weight, out, keys, ok, n, dim, vocab, weight.stride(0), BLOCK_T=FWD_BLOCK_T, BLOCK_D=block_d,
+            num_warps=4)
+        _raise_on_bad_ids("embedding", flat, vocab, ok)
+    return out.view(*ids.shape, dim), keys
+
+
+def embedding_backward(keys: torch.Tensor, grad_out: torch.Tensor, vocab: int, dtype: torch.dtype) -> torch.Tensor:
+    dim = grad_out.shape[-1]
+    if keys.numel() == 0:
+        return torch.zeros(vocab, dim, device=grad_out.device, dtype=dtype)
+    dw = torch.empty(vocab, dim, device=grad_out.device, dtype=dtype)
+    _sum_rows(keys, [grad_out.reshape(-1, dim).contiguous()], [dw])
     return dw
 
 
 class EmbeddingFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ids, weight):
-        ctx.save_for_backward(ids, weight)
-        return embedding_forward(ids, weight)
+        out, keys = embedding_forward(ids, weight)
+        ctx.save_for_backward(keys)
+        ctx.vocab, ctx.dtype = weight.shape[0], weight.dtype
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        ids, weight = ctx.saved_tensors
-        return None, embedding_backward(ids, grad_out, weight)
+        (keys,) = ctx.saved_tensors
+        return None, embedding_backward(keys, grad_out, ctx.vocab, ctx.dtype)
 
 
 def embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -241,56 +343,50 @@ def embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return EmbeddingFunction.apply(ids, weight)
 
 
-def embedding_rmsnorm_forward(ids, weight, norm_weight, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    flat = ids.reshape(-1)
-    n, dim = flat.numel(), weight.shape[1]
-    x = torch.empty(n, dim, device=weight.device, dtype=weight.dtype)
-    y = torch.empty_like(x)
-    block_d = triton.next_power_of_2(dim)
-    block_t = max(1, min(16, 8192 // block_d))
-    _embedding_rmsnorm_fwd_kernel[(triton.cdiv(n, block_t),)](
-        flat, weight, norm_weight, x, y, n, dim, weight.stride(0), eps, BLOCK_T=block_t, BLOCK_D=block_d,
-        num_warps=8 if block_d >= 2048 else 4)
-    return x.view(*ids.shape, dim), y.view(*ids.shape, dim)
-
-
-def embedding_rmsnorm_backward(ids, grad_x, grad_y, weight, norm_weight, eps: float):
+def embedding_rmsnorm_forward(ids, weight, norm_weight, eps: float):
+    """(weight[ids], its RMSNorm, the ids as sort keys for the backward)."""
     flat = ids.reshape(-1)
     n = flat.numel()
     vocab, dim = weight.shape
-    gx = grad_x.reshape(-1, dim).contiguous()
-    gy = grad_y.reshape(-1, dim).contiguous()
-    sorted_ids, perm, bounds = _sorted_tokens(flat, vocab)
-    chunk = _chunk_size(n, vocab)
-    chunks = triton.cdiv(n, chunk)
-    slots_x = torch.empty(2 * chunks, dim, device=weight.device, dtype=torch.float32)
-    slots_y = torch.empty_like(slots_x)
-    sum_x = torch.empty(vocab, dim, device=weight.device, dtype=torch.float32)
-    sum_y = torch.empty_like(sum_x)
-    block_d = _row_block(dim)
-    _embedding_bwd_chunks_kernel[(chunks, triton.cdiv(dim, block_d))](
-        gx, gy, sorted_ids, perm, bounds, slots_x, slots_y, sum_x, sum_y, n, dim,
-        CHUNK=chunk, TWO_GRADS=True, BLOCK_T=min(32, chunk), BLOCK_D=block_d, num_warps=4)
-    dw = torch.empty(vocab, dim, device=weight.device, dtype=weight.dtype)
-    dg_rows = torch.empty(vocab, dim, device=weight.device, dtype=torch.float32)
-    full_d = triton.next_power_of_2(dim)
-    _embedding_rmsnorm_bwd_rows_kernel[(vocab,)](
-        slots_x, slots_y, sum_x, sum_y, bounds, weight, norm_weight, dw, dg_rows, dim, weight.stride(0), eps,
-        CHUNK=chunk, BLOCK_D=full_d, num_warps=8 if full_d >= 2048 else 4)
-    return dw, dg_rows.sum(0).to(norm_weight.dtype)
+    x = torch.empty(n, dim, device=weight.device, dtype=weight.dtype)
+    y = torch.empty_like(x)
+    keys, ok = _id_buffers(flat, vocab)
+    block_d = triton.next_power_of_2(dim)
+    block_t = max(1, min(16, 8192 // block_d))
+    _embedding_rmsnorm_fwd_kernel[(triton.cdiv(n, block_t),)](
+        flat, weight, norm_weight, x, y, keys, ok, n, dim, vocab, weight.stride(0), eps, BLOCK_T=block_t,
+        BLOCK_D=block_d, num_warps=8 if block_d >= 2048 else 4)
+    _raise_on_bad_ids("embedding_rmsnorm", flat, vocab, ok)
+    return x.view(*ids.shape, dim), y.view(*ids.shape, dim), keys
+
+
+def embedding_rmsnorm_backward(keys, grad_x, grad_y, weight, norm_weight, eps: float):
+    vocab, dim = weight.shape
+    sums = torch.empty(2, vocab, dim, device=weight.device, dtype=torch.float32)
+    _sum_rows(keys, [g.reshape(-1, dim).contiguous() for g in (grad_x, grad_y)], [sums[0], sums[1]])
+    dw = torch.empty_like(weight)
+    block_d = triton.next_power_of_2(dim)
+    block_r = max(1, min(8, 4096 // block_d))
+    programs = min(triton.cdiv(vocab, block_r), 512)  # bounds the partial dnorm_weight rows to add up
+    dg_part = torch.empty(programs, dim, device=weight.device, dtype=torch.float32)
+    _rmsnorm_rows_bwd_kernel[(programs,)](sums[0], sums[1], weight, norm_weight, dw, dg_part, vocab, dim,
+                                          weight.stride(0), eps, BLOCK_R=block_r, BLOCK_D=block_d,
+                                          num_warps=8 if block_d >= 2048 else 4)
+    return dw, dg_part.sum(0).to(norm_weight.dtype)
 
 
 class EmbeddingRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ids, weight, norm_weight, eps):
-        ctx.save_for_backward(ids, weight, norm_weight)
+        x, y, keys = embedding_rmsnorm_forward(ids, weight, norm_weight, eps)
+        ctx.save_for_backward(keys, weight, norm_weight)
         ctx.eps = eps
-        return embedding_rmsnorm_forward(ids, weight, norm_weight, eps)
+        return x, y
 
     @staticmethod
     def backward(ctx, grad_x, grad_y):
-        ids, weight, norm_weight = ctx.saved_tensors
-        dw, dg = embedding_rmsnorm_backward(ids, grad_x, grad_y, weight, norm_weight, ctx.eps)
+        keys, weight, norm_weight = ctx.saved_tensors
+        dw, dg = embedding_rmsnorm_backward(keys, grad_x, grad_y, weight, norm_weight, ctx.eps)
         return None, dw, dg, None
 
 

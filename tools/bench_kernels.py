@@ -223,8 +223,10 @@ def sweep_attention(results: list, gen_cuda) -> None:
 def summary(results: list) -> tuple[list[str], dict]:
     rows, ratios = [], {}
     by = {(r["kind"], r["impl"], r.get("S"), r.get("vocab")): r for r in results if "impl" in r}
-    rows.append(f"{'attention (B,H,S,D)':22s} {'impl':17s} {'fwd TF/s':>9s} {'f+b TF/s':>9s}")
-    for batch, heads, seq, dim in ATTENTION_SHAPES:
+    shapes = ATTENTION_SHAPES if any(kind == "attention" for kind, *_ in by) else []
+    if shapes:
+        rows.append(f"{'attention (B,H,S,D)':22s} {'impl':17s} {'fwd TF/s':>9s} {'f+b TF/s':>9s}")
+    for batch, heads, seq, dim in shapes:
         for impl in ("ours", "sdpa_flash", "sdpa_cudnn", "flash_attn"):
             r = by.get(("attention", impl, seq, None))
             if r:
@@ -241,7 +243,7 @@ def summary(results: list) -> tuple[list[str], dict]:
         for impl in ("ours_docs_noskip", "sdpa_dense_mask"):
             ratios[f"docs_S{seq}_fwd_bwd_vs_{impl}"] = by[("attention_docs", impl, seq, None)]["fwd_bwd_ms"] / \
                 docs["fwd_bwd_ms"]
-    for tokens, dim, vocab in EMBEDDING_CASES:
+    for tokens, dim, vocab in EMBEDDING_CASES if any(kind == "embedding" for kind, *_ in by) else []:
         o, t = by[("embedding", "ours", None, vocab)], by[("embedding", "torch", None, vocab)]
         rows.append(f"{f'embedding V={vocab}':22s} {'ours / torch':17s} {o['gbps']:7.0f}GB/s {t['gbps']:7.0f}GB/s")
         ratios[f"emb_V{vocab}_fwd_bwd_vs_torch"] = t["fwd_bwd_ms"] / o["fwd_bwd_ms"]
@@ -265,8 +267,13 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="path of the JSON file with every figure")
     parser.add_argument("--record", action="store_true", help="append a dated block to BENCHMARKS.md")
     parser.add_argument("--sweep", action="store_true", help="also time alternative attention block configs")
+    parser.add_argument("--parts", default="attention,embedding",
+                        help="comma-separated: attention (incl. document masking), embedding (incl. RMSNorm fusion)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    if not parts or parts - {"attention", "embedding"}:
+        parser.error(f"--parts: choose from attention, embedding; got {args.parts!r}")
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernels: needs a CUDA GPU")
     gen_cpu = torch.Generator().manual_seed(args.seed)
@@ -278,9 +285,11 @@ def main() -> None:
     results.append(dict(kind="gemm_ceiling", tflops=gemm))
     print(f"GEMM 8192^3 bf16: {gemm:.0f} TFLOP/s", flush=True)
     del a
-    bench_attention(results, gen_cpu, gen_cuda)
-    bench_embedding(results, gen_cuda)
-    if args.sweep:
+    if "attention" in parts:
+        bench_attention(results, gen_cpu, gen_cuda)
+    if "embedding" in parts:
+        bench_embedding(results, gen_cuda)
+    if args.sweep and "attention" in parts:
         sweep_attention(results, gen_cuda)
     rows, ratios = summary(results)
     rows.insert(0, f"GEMM ceiling {gemm:.0f} TFLOP/s")
