@@ -100,22 +100,25 @@ class ProxyLM(L.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         self._log_throughput(batch["input_ids"].numel())
-        targets = batch["targets"]
-        nats = symbol_nats(self(batch), targets)
-        valid = targets.flatten() != IGNORE
-        groups = self.group_of_id[targets.flatten().clamp(min=0)]
+        targets = batch["targets"].flatten()
+        nats = symbol_nats(self(batch), batch["targets"])  # 0 at IGNORE targets
+        # Per-group sums by index_add_ with 0/1 weights, not boolean indexing or .tolist(): the step stays free of
+        # host syncs, so the CPU can queue the next kernels while the GPU works (the logger syncs every n steps).
+        valid = (targets != IGNORE).double()
+        groups = self.group_of_id[targets.clamp(min=0)]
         n_groups = len(self.group_names)
         local = torch.zeros(2 * n_groups, dtype=torch.float64, device=nats.device)
-        local[:n_groups].index_add_(0, groups[valid], nats[valid].detach().double())
-        local[n_groups:] = torch.bincount(groups[valid], minlength=n_groups)
+        local[:n_groups].index_add_(0, groups, nats.detach().double() * valid)
+        local[n_groups:].index_add_(0, groups, valid)
         sums, counts = self._sum_over_ranks(local).split(n_groups)
         n_valid = counts.sum().clamp(min=1)
         # DDP averages gradients over ranks, hence the world size: the result is the global batch's mean.
         loss = nats.sum() * (self._world_size() / n_valid).to(nats.dtype)
         self.log("train/loss", sums.sum() / n_valid, prog_bar=True)
-        for name, total, n in zip(self.group_names, sums, counts.tolist()):
-            if n:
-                self.log(f"train/loss_{name}", total / n)
+        # A view with no target in this batch logs NaN (no loss to report), decided on the device.
+        per_group = torch.where(counts > 0, sums / counts.clamp(min=1), torch.full_like(sums, math.nan))
+        for name, value in zip(self.group_names, per_group):
+            self.log(f"train/loss_{name}", value)
         return loss
 
     def on_validation_epoch_start(self) -> None:
@@ -160,6 +163,9 @@ class ProxyLM(L.LightningModule):
     def on_validation_start(self) -> None:
         self._last_step_start = None
 
+    def _grad_scaler(self):
+        return getattr(self.trainer.precision_plugin, "scaler", None)  # only fp16 mixed precision has one
+
     def configure_optimizers(self):
         hp = self.hparams
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -167,12 +173,22 @@ class ProxyLM(L.LightningModule):
             {"params": [p for p in params if p.ndim >= 2], "weight_decay": hp.weight_decay},
             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(
-            # Not fused: Lightning refuses gradient clipping with optimizers that unscale internally.
-            groups, lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps, foreach=self.device.type == "cuda"
-        )
+        # Fused AdamW (one kernel for all parameters) unless a GradScaler must unscale gradients before clipping.
+        impl = {"fused": True} if self._grad_scaler() is None else {"foreach": self.device.type == "cuda"}
+        optimizer = torch.optim.AdamW(groups, lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps, **impl)
         total = self.trainer.max_steps if self.trainer.max_steps > 0 else int(self.trainer.estimated_stepping_batches)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: warmup_cosine(step, hp.warmup_steps, total, hp.min_lr_ratio)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        # Lightning refuses to clip for any fused optimizer, as if it had to unscale fp16 gradients itself; with no
+        # GradScaler (bf16, fp32) the gradients are already true, so clip them here (sync-free, foreach kernels).
+        if not gradient_clip_val or self._grad_scaler() is not None:
+            return super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if gradient_clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+        else:
+            torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)

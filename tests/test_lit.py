@@ -119,6 +119,52 @@ def test_loss_is_logged_per_vocabulary_range():
     assert float(logged["train/loss"]) == pytest.approx(float(nats[targets != -100].mean()), rel=1e-5)
 
 
+class GradNormAfterStep(L.Callback):
+    """Total gradient norm as the last optimizer step saw it (after clipping): Lightning zeroes the gradients at
+    the next step, just before its backward, so this hook sees the previous step's gradients."""
+
+    def __init__(self) -> None:
+        self.norms: list[float] = []
+        self.max_abs: list[float] = []
+
+    def on_before_zero_grad(self, trainer, pl_module, optimizer) -> None:
+        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+        if grads:
+            self.norms.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+            self.max_abs.append(max(float(g.abs().max()) for g in grads))
+
+
+@pytest.mark.parametrize("algorithm", ["norm", "value"])
+def test_fused_adamw_and_gradients_are_clipped(algorithm):
+    lm = ProxyLM(**TINY)
+    seen = GradNormAfterStep()
+    trainer = quiet_trainer(max_steps=3, gradient_clip_val=1e-3, gradient_clip_algorithm=algorithm, callbacks=[seen])
+    trainer.fit(lm, SyntheticData())
+    assert trainer.optimizers[0].defaults["fused"] is True
+    clipped = seen.norms if algorithm == "norm" else seen.max_abs
+    assert len(clipped) == 2 and all(0 < x <= 1e-3 * (1 + 1e-4) for x in clipped)
+    # Unclipped, the same model's gradients are far larger: the bound above is not met by accident.
+    free = GradNormAfterStep()
+    quiet_trainer(max_steps=2, callbacks=[free]).fit(ProxyLM(**TINY), SyntheticData())
+    assert free.norms[0] > 0.1 and free.max_abs[0] > 0.01
+
+
+def test_a_view_absent_from_the_batch_logs_nan():
+    lm = ProxyLM(**TINY)
+    trainer = quiet_trainer(max_steps=1)
+
+    class RawOnly(SyntheticData):
+        def train_dataloader(self):
+            pool = PackedWindows(200, seed=3)
+            windows = [w for w in map(pool.__getitem__, range(len(pool))) if not (w["targets"] >= 320).any()][:2]
+            assert len(windows) == 2
+            return DataLoader(windows, batch_size=2)
+
+    trainer.fit(lm, RawOnly())
+    logged = trainer.logged_metrics
+    assert math.isnan(float(logged["train/loss_spm"])) and math.isfinite(float(logged["train/loss_raw"]))
+
+
 class FixedLogits(torch.nn.Module):
     """Stands in for the transformer: returns prepared logits, one tensor per call."""
 
