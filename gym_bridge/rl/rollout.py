@@ -1,8 +1,8 @@
 """Multi-turn kernel episodes: sample replies, score every turn in the gym, carry feedback forward.
 
 Turn 0 prompts each trajectory with the task's reference (:func:`episode.first_prompt`); turn t > 0 with
-the previous code and the gym's feedback on it (:func:`episode.next_prompt`). All candidates of a turn go
-to the gym in ONE ``Evaluator.submit`` call, so the pool evaluates them in parallel.
+the previous code and the gym's feedback on it (:func:`episode.next_prompt`). All candidates of a group's
+turn go to the gym in ONE ``Evaluator.submit`` call, so the pool evaluates them in parallel.
 
 A trajectory stops early when its last turn is *done* or *stuck*:
 
@@ -11,11 +11,21 @@ A trajectory stops early when its last turn is *done* or *stuck*:
 - stuck: the extracted code is identical to the previous turn's, so the next prompt would be the same.
 
 Trajectories stopped early simply have fewer turns; :func:`episode.stack_turns` masks the rest.
+
+Overlap (``overlap_groups`` > 1): the trajectories are split into that many contiguous groups, and while
+one group's turn is being scored the policy generates another group's turn. Scoring runs in ONE background
+thread, so submits never run concurrently (``RayPool.run`` is not safe to call from two threads). Each
+group samples from its own generator, seeded from the step's generator before any sampling, and its turns
+are generated in turn order whatever the timing, so the overlapped and the sequential schedule give the
+same samples, rewards and trajectory order. With one group the step's generator is used directly, as before.
 """
 from __future__ import annotations
 
+import warnings
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import torch
 
@@ -38,10 +48,12 @@ class RolloutConfig:
     top_p: float = 1.0
     stop_speedup: float = 1.2  # a correct turn at least this fast ends its trajectory
     instructions: str = DEFAULT_INSTRUCTIONS
+    overlap_groups: int = 1  # >1: generate one group's turn while the gym scores another's (capped at #trajectories)
 
     def __post_init__(self) -> None:
-        if self.turns < 1 or self.samples_per_task < 1 or self.max_bytes < 1:
-            raise ValueError("rollout.turns, rollout.samples_per_task and rollout.max_bytes: must be >= 1")
+        if self.turns < 1 or self.samples_per_task < 1 or self.max_bytes < 1 or self.overlap_groups < 1:
+            raise ValueError("rollout.turns, rollout.samples_per_task, rollout.max_bytes and rollout.overlap_groups: "
+                             "must be >= 1")
         if self.temperature <= 0 or not 0 < self.top_p <= 1:
             raise ValueError(f"rollout: need temperature > 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}")
 
@@ -70,6 +82,47 @@ def is_finished(trajectory: Trajectory, stop_speedup: float) -> bool:
     return len(trajectory.turns) > 1 and last.code is not None and last.code == trajectory.turns[-2].code
 
 
+@dataclass
+class _Group:
+    """Trajectories rolled out together: one generate and one submit per turn."""
+
+    members: list[int]  # trajectory indices, contiguous
+    generator: torch.Generator | None
+    active: list[int] = field(init=False)  # members still playing
+    turn: int = 0
+    failed: bool = False
+
+    def __post_init__(self) -> None:
+        self.active = list(self.members)
+
+
+def _split(count: int, parts: int) -> list[list[int]]:
+    """``range(count)`` as ``parts`` contiguous chunks whose sizes differ by at most one."""
+    size, extra = divmod(count, parts)
+    bounds = [k * size + min(k, extra) for k in range(parts + 1)]
+    return [list(range(bounds[k], bounds[k + 1])) for k in range(parts)]
+
+
+def _group_generators(generator: torch.Generator | None, count: int, policy: Policy) -> list[torch.Generator | None]:
+    """One group: the step's generator itself. Several: one each, seeded by draws from it (or from torch's
+    global RNG when there is none), all made before any sampling so they do not depend on the schedule."""
+    if count == 1:
+        return [generator]
+    device = generator.device if generator is not None else next(policy.module.parameters()).device
+    seeds = torch.randint(2**62, (count,), generator=generator, device=device).tolist()
+    return [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+
+
+def _score_now(evaluator: Evaluator, candidates: list[Candidate]) -> Future:
+    """The sequential schedule: score in this thread, with the same Future interface as the background one."""
+    future: Future = Future()
+    try:
+        future.set_result(evaluator.submit(candidates))
+    except Exception as exc:  # noqa: BLE001 - handled where the result is read, as in the overlapped schedule
+        future.set_exception(exc)
+    return future
+
+
 def run_episodes(
     policy: Policy,
     evaluator: Evaluator,
@@ -77,30 +130,68 @@ def run_episodes(
     config: RolloutConfig,
     *,
     generator: torch.Generator | None = None,
+    overlap: bool = True,
 ) -> list[Trajectory]:
-    """``config.samples_per_task`` trajectories per task, task-major (all of task 0's first)."""
+    """``config.samples_per_task`` trajectories per task, task-major (all of task 0's first).
+
+    ``overlap=False`` scores each group in this thread before generating the next one: the reference
+    schedule, with the same results. A group whose submit raises is dropped whole (with a warning) and the
+    others go on; the failure of the last group standing is raised.
+    """
     if not tasks:
         raise ValueError("run_episodes: no tasks given")
     trajectories = [Trajectory(task.name, task.source) for task in tasks for _ in range(config.samples_per_task)]
     paths = {task.name: str(task.path) for task in tasks}  # a path also resolves a user's task file
-    active = list(range(len(trajectories)))
-    for turn_index in range(config.turns):
+    count = min(config.overlap_groups, len(trajectories))
+    groups = [_Group(members, gen) for members, gen in
+              zip(_split(len(trajectories), count), _group_generators(generator, count, policy))]
+
+    def generate(group: _Group) -> tuple[list[str], list[Sample], list[Candidate]]:
         prompts = []
-        for i in active:
+        for i in group.active:
             traj = trajectories[i]
-            if turn_index == 0:
+            if group.turn == 0:
                 prompts.append(first_prompt(traj.task_source, config.instructions, max_bytes=config.prompt_max_bytes))
             else:
-                last = traj.turns[-1]
-                prompts.append(next_prompt(traj, last.feedback, config.instructions, max_bytes=config.prompt_max_bytes))
-        samples = [group[0] for group in policy.generate(
-            prompts, 1, config.max_bytes, config.temperature, config.top_p, generator=generator)]
-        candidates = [Candidate(paths[trajectories[i].task_id], s.text, f"{i}.{turn_index}")
-                      for i, s in zip(active, samples)]
-        results = evaluator.submit(candidates)
-        for i, prompt, sample, result in zip(active, prompts, samples, results):
-            trajectories[i].turns.append(turn_from_result(prompt, sample, result))
-        active = [i for i in active if not is_finished(trajectories[i], config.stop_speedup)]
-        if not active:
-            break
-    return trajectories
+                prompts.append(next_prompt(traj, traj.turns[-1].feedback, config.instructions,
+                                           max_bytes=config.prompt_max_bytes))
+        samples = [replies[0] for replies in policy.generate(
+            prompts, 1, config.max_bytes, config.temperature, config.top_p, generator=group.generator)]
+        candidates = [Candidate(paths[trajectories[i].task_id], s.text, f"{i}.{group.turn}")
+                      for i, s in zip(group.active, samples)]
+        return prompts, samples, candidates
+
+    scorer = ThreadPoolExecutor(1, thread_name_prefix="rollout-scoring") if overlap and count > 1 else None
+    ready = deque(groups)  # groups whose next turn can be generated
+    scoring: deque = deque()  # (group, prompts, samples, future), in submission order = completion order
+    try:
+        while ready or scoring:
+            if ready:
+                group = ready.popleft()
+                prompts, samples, candidates = generate(group)
+                future = (scorer.submit(evaluator.submit, candidates) if scorer is not None
+                          else _score_now(evaluator, candidates))
+                scoring.append((group, prompts, samples, future))
+            # Take in finished scores; wait for the oldest only when there is nothing left to generate.
+            while scoring and (not ready or scoring[0][3].done()):
+                group, prompts, samples, future = scoring.popleft()
+                try:
+                    results = future.result()
+                except Exception as exc:  # noqa: BLE001 - one group's gym failure must not sink the others
+                    group.failed = True
+                    if all(g.failed for g in groups):
+                        raise  # nothing left to keep
+                    warnings.warn(f"rollout: scoring trajectories {group.members[0]}-{group.members[-1]} failed at "
+                                  f"turn {group.turn}, dropping them: {exc!r}", RuntimeWarning, stacklevel=2)
+                    continue
+                for i, prompt, sample, result in zip(group.active, prompts, samples, results):
+                    trajectories[i].turns.append(turn_from_result(prompt, sample, result))
+                group.active = [i for i in group.active if not is_finished(trajectories[i], config.stop_speedup)]
+                group.turn += 1
+                if group.active and group.turn < config.turns:
+                    ready.append(group)
+    finally:
+        if scorer is not None:
+            # Also on a policy error: queued submits are cancelled, the running one finishes before we return.
+            scorer.shutdown(wait=True, cancel_futures=True)
+    return [trajectories[i] for group in groups if not group.failed for i in group.members]

@@ -318,13 +318,17 @@ class RLTrainer:
     def train_step(self) -> dict[str, float]:
         started = time.monotonic()
         device = self.fabric.device
-        trajectories = run_episodes(self.policy, self.evaluator, self.tasks_for_step(self.step), self.rollout,
+        tasks = self.tasks_for_step(self.step)
+        trajectories = run_episodes(self.policy, self.evaluator, tasks, self.rollout,
                                     generator=step_generator(self.seed, self.step, device))
         rolled = time.monotonic()
         batch = make_batch(trajectories, self.algorithm, step_generator(self.seed + 1, self.step))
         update_stats = self.updater.update(batch)
         self.step += 1
-        metrics = {"step": self.step, **rollout_metrics(trajectories), **batch.stats, **update_stats,
+        # Episodes of an overlap group whose gym submit failed are dropped (run_episodes warns).
+        dropped = len(tasks) * self.rollout.samples_per_task - len(trajectories)
+        metrics = {"step": self.step, **rollout_metrics(trajectories), "rollout/dropped": dropped,
+                   **batch.stats, **update_stats,
                    "time/rollout_s": rolled - started, "time/update_s": time.monotonic() - rolled}
         self.log.write(metrics)
         self.log.write_turns(self.step, trajectories)
