@@ -104,6 +104,9 @@ class RMSNorm(nn.Module):
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
 
+# Outside torch.compile: under a whole-model compile Inductor otherwise fuses cos/sin into every layer's rotation,
+# forward and backward, recomputing them per element (on the H200 ~27% of a d768 step); eager, they are made once.
+@torch.compiler.disable
 def rope_angles(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of shape (B, T, 1, head_dim/2) for integer positions (B, T)."""
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)

@@ -54,6 +54,15 @@ def test_tiny_preset_measures_every_arm_and_records(bench_train, tmp_path, monke
     assert text.endswith("## Later section\n\nkept\n")
 
 
+def test_profile_writes_each_arms_top_kernels(bench_train, tmp_path):
+    arms = "fit-triton,plain"
+    assert bench_train.main(["--sizes", "tiny", "--arms", arms, "--profile", str(tmp_path / "prof")]) == 0
+    for arm in arms.split(","):
+        text = (tmp_path / "prof" / f"d64_{arm}.txt").read_text()
+        assert text.startswith("window ") and "of the window" in text
+        assert "aten::" in text  # the op table itself, not just the header
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -64,6 +73,7 @@ def test_tiny_preset_measures_every_arm_and_records(bench_train, tmp_path, monke
         (["--sizes", "tiny", "--steps", "0"], "--steps >= 1"),
         (["--sizes", "tiny", "--out", "/no/such/folder/x.json"], "folder /no/such/folder does not exist"),
         (["--sizes", "huge"], "invalid choice: 'huge'"),
+        (["--sizes", "tiny", "--profile", "p", "--record"], "--profile and --record"),
     ],
 )
 def test_bad_options_exit_with_one_line(bench_train, capsys, argv, message):

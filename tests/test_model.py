@@ -203,3 +203,11 @@ def test_raw_reply_restriction_never_draws_compressed_ids():
     assert drawn and drawn <= set(allowed)
     free = generate(model, [raw_prompt(b"def f(")] * 4, 40, temperature=1.0, seed=0)
     assert any(i >= 320 for row in free.ids for i in row)  # the restriction is what kept them out
+
+
+def test_rope_angles_stay_outside_the_compiled_graph():
+    # Inductor would otherwise fuse cos/sin into every layer's rotation and recompute them per element.
+    model = tiny_model()
+    explanation = torch._dynamo.explain(model)(torch.randint(0, 330, (2, 12)))
+    assert explanation.graph_break_count == 1
+    assert "rope_angles" in str(explanation.break_reasons[0].reason)

@@ -113,13 +113,24 @@ ARMS = (
 
 
 class WindowTimer:
-    """Seconds between start() and stop(): CUDA events on a GPU, so the only synchronize is the one in stop()."""
+    """Seconds between start() and stop(): CUDA events on a GPU, so the only synchronize is the one in stop().
 
-    def __init__(self, device: torch.device) -> None:
+    With `profile_to`, torch.profiler also records the window and its top kernels go to that file: a diagnosis of
+    where a step's time goes, not a benchmark (the profiler's own overhead lands in the window's figures).
+    """
+
+    def __init__(self, device: torch.device, profile_to: Path | None = None) -> None:
         self.cuda = device.type == "cuda"
+        self.profile_to = profile_to
+        self._profiler: torch.profiler.profile | None = None
         self._start: torch.cuda.Event | float | None = None
 
     def start(self) -> None:
+        if self.profile_to is not None:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            activities += [torch.profiler.ProfilerActivity.CUDA] if self.cuda else []
+            self._profiler = torch.profiler.profile(activities=activities)
+            self._profiler.__enter__()
         if self.cuda:
             self._start = torch.cuda.Event(enable_timing=True)
             self._start.record()
@@ -130,11 +141,27 @@ class WindowTimer:
         if self._start is None:
             raise RuntimeError("WindowTimer.stop() before start()")
         if not self.cuda:
-            return time.perf_counter() - self._start
-        end = torch.cuda.Event(enable_timing=True)
-        end.record()
-        end.synchronize()
-        return self._start.elapsed_time(end) / 1e3
+            seconds = time.perf_counter() - self._start
+        else:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            end.synchronize()
+            seconds = self._start.elapsed_time(end) / 1e3
+        if self._profiler is not None:
+            self._profiler.__exit__(None, None, None)
+            self._write_profile(seconds)
+        return seconds
+
+    def _write_profile(self, seconds: float) -> None:
+        events = self._profiler.key_averages()
+        kind = "device" if self.cuda else "cpu"
+        # On a GPU, only the kernels themselves: an op's row repeats the time of the kernels it launched.
+        counted = [e for e in events if not self.cuda or e.device_type == torch.autograd.DeviceType.CUDA]
+        busy_us = sum(getattr(e, f"self_{kind}_time_total") for e in counted)
+        table = events.table(sort_by=f"self_{kind}_time_total", row_limit=30, max_name_column_width=70)
+        what = "GPU kernel" if self.cuda else "CPU op"
+        self.profile_to.write_text(f"window {seconds * 1e3:.1f} ms; {what} time {busy_us / 1e3:.1f} ms "
+                                   f"({busy_us / 1e6 / seconds:.0%} of the window)\n{table}\n")
 
 
 def matmul_flops(device: torch.device, dtype: torch.dtype, n: int, iters: int = 50) -> float:
@@ -206,13 +233,13 @@ class TimedWindow(L.Callback):
 
 
 def run_fit(arm: Arm, size: ModelSize, batches: list, device: torch.device, preset: Preset, warmup: int,
-            steps: int) -> float:
+            steps: int, profile_to: Path | None = None) -> float:
     """Seconds for `steps` optimizer steps of ProxyLM under the Lightning Trainer."""
     lm = ProxyLM(d_model=size.d_model, n_layers=size.n_layers, n_heads=size.n_heads, max_seq_len=size.seq_len,
                  attn_backend=arm.attn_backend, warmup_steps=warmup)
     if arm.compile:
         lm.model.compile(backend=preset.compile_backend)  # what ProxyLM(compile=True) does, backend per preset
-    timed = TimedWindow(warmup, WindowTimer(device))
+    timed = TimedWindow(warmup, WindowTimer(device, profile_to))
     with tempfile.TemporaryDirectory() as logs:
         trainer = L.Trainer(
             accelerator=device.type, devices=1, precision="bf16-mixed" if device.type == "cuda" else "32-true",
@@ -227,7 +254,7 @@ def run_fit(arm: Arm, size: ModelSize, batches: list, device: torch.device, pres
 
 
 def run_plain(arm: Arm, size: ModelSize, batches: list, device: torch.device, preset: Preset, warmup: int,
-              steps: int) -> float:
+              steps: int, profile_to: Path | None = None) -> float:
     """Seconds for `steps` steps of a minimal loop: causal SDPA, bf16 autocast, fused AdamW."""
     model = Transformer(size.config("sdpa")).to(device)
     forward = torch.compile(model, backend=preset.compile_backend) if arm.compile else model
@@ -245,7 +272,7 @@ def run_plain(arm: Arm, size: ModelSize, batches: list, device: torch.device, pr
 
     for i in range(warmup):
         step(i)
-    timer = WindowTimer(device)
+    timer = WindowTimer(device, profile_to)
     timer.start()
     for i in range(warmup, warmup + steps):
         step(i)
@@ -253,7 +280,7 @@ def run_plain(arm: Arm, size: ModelSize, batches: list, device: torch.device, pr
 
 
 def run_arm(arm: Arm, size: ModelSize, batches: list, device: torch.device, preset: Preset, warmup: int,
-            steps: int, matmul: float) -> dict:
+            steps: int, matmul: float, profile_dir: Path | None = None) -> dict:
     """One arm's figures (or its error), from a fresh model and optimizer."""
     config = size.config(arm.attn_backend)
     shape = asdict(size)
@@ -264,7 +291,8 @@ def run_arm(arm: Arm, size: ModelSize, batches: list, device: torch.device, pres
         torch.cuda.reset_peak_memory_stats()
     run = run_fit if arm.loop == "fit" else run_plain
     try:
-        seconds = run(arm, size, batches, device, preset, warmup, steps)
+        profile_to = profile_dir / f"{size.name}_{arm.name}.txt" if profile_dir is not None else None
+        seconds = run(arm, size, batches, device, preset, warmup, steps, profile_to)
     except Exception as err:  # one arm failing (OOM, compile) must not cost the other arms of a device run
         print(f"bench_train: {size.name} {arm.name} failed: {type(err).__name__}: {err}", file=sys.stderr)
         return {**result, "error": f"{type(err).__name__}: {err}"}
@@ -338,6 +366,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Preset, list
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, help="write every figure to this JSON file")
     p.add_argument("--device-note", default="", help="extra words on the machine for BENCHMARKS.md")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="also profile each arm's timed window into DIR/MODEL_ARM.txt (top kernels; a diagnosis: do not "
+                        "--record figures from a profiled run)")
     p.add_argument("--record", action="store_true", help=f"append a dated block to BENCHMARKS.md under {SECTION!r}")
     args = p.parse_args(argv)
     preset = PRESETS[args.sizes]
@@ -357,6 +388,10 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Preset, list
     args.steps = preset.steps if args.steps is None else args.steps
     if args.warmup < 1 or args.steps < 1:
         p.error(f"--warmup must be >= 1 (the first step compiles) and --steps >= 1; got {args.warmup}, {args.steps}")
+    if args.profile is not None and args.record:
+        p.error("--profile and --record: the profiler's overhead would land in the recorded figures; run them apart")
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     if args.out is not None and not args.out.parent.is_dir():
         p.error(f"--out {args.out}: folder {args.out.parent} does not exist; create it or pick another path")
     return args, preset, models, arms
@@ -380,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     for size in models:
         batches = synthetic_batches(size, doc_lengths, args.seed)
         for arm in arms:
-            results.append(run_arm(arm, size, batches, device, preset, args.warmup, args.steps, matmul))
+            results.append(run_arm(arm, size, batches, device, preset, args.warmup, args.steps, matmul, args.profile))
             if "error" not in results[-1]:
                 print(f"{size.name} {arm.name}: {results[-1]['tokens_per_s']:,.0f} tokens/s", flush=True)
     data = data_rates(docs, preset, max(m.seq_len for m in models))
