@@ -40,13 +40,14 @@ def _user_errors() -> tuple[type[Exception], ...]:
 def build_cli(args: Sequence[str] | None, run: bool = True):
     """The LightningCLI for `args` (a subcommand and its options; None: sys.argv); `run=False` builds only."""
     import torch
-    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
     from lightning.pytorch.callbacks.progress import ProgressBar
     from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
     from proxycomp.checkpoint import AtomicCheckpointIO
     from proxycomp.data import ProxyDataModule
     from proxycomp.lit import ProxyLM
+    from proxycomp.progress import SparseMetricsProgressBar
     from proxycomp.vocab import Vocabulary
 
     class ProxyCLI(LightningCLI):
@@ -76,7 +77,8 @@ def build_cli(args: Sequence[str] | None, run: bool = True):
                 kwargs["plugins"] = [AtomicCheckpointIO()]
             callbacks = list(config.get("callbacks") or [])
             if config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
-                kwargs["callbacks"] = [*callbacks, RichProgressBar()]
+                every = config.get("log_every_n_steps") or trainer_defaults["log_every_n_steps"]
+                kwargs["callbacks"] = [*callbacks, SparseMetricsProgressBar(metrics_every_n_steps=every)]
             trainer = super().instantiate_trainer(**kwargs)
             if not trainer.loggers:  # `--trainer.logger false`: the LR monitor would refuse to run
                 trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, LearningRateMonitor)]
