@@ -1,7 +1,8 @@
 """Causal flash attention with GQA and document masking: Triton forward and backward.
 
-Layers: `@triton.jit` kernels, launchers (`attention_forward`, `attention_backward`) that check the
-inputs and pick blocks, `FlashAttentionFunction`, and the entry point `flash_attention`.
+Layers: `@triton.jit` kernels; launchers registered as torch custom ops `proxycomp::flash_attn_fwd` and
+`proxycomp::flash_attn_bwd` (the forward's autograd formula calls the backward), opaque to torch.compile;
+and the entry point `flash_attention`, which checks the inputs, picks blocks and calls the forward op.
 
 Documents. `doc_ids` (B, S) gives each position a document id; a query attends only keys in the same
 maximal run of equal ids. Packing makes ids non-decreasing, where a run is exactly "same id"; defining
@@ -19,9 +20,8 @@ the saved row statistic is lse2 = max + log2(sum).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-import weakref
-from dataclasses import dataclass
 
 import torch
 import triton
@@ -350,7 +350,7 @@ def _attn_bwd_dq_kernel(
 # ----------------------------------------------------------------------------------------------
 # launchers
 # ----------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class AttentionConfig:
     """Block sizes and launch shape. dkdv_*: key block and query step of the dk/dv pass; dq_*: the dq pass."""
 
@@ -390,27 +390,8 @@ def document_bounds(doc_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return start.to(torch.int32).contiguous(), end.to(torch.int32).contiguous()
 
 
-_last_bounds: tuple[weakref.ref, int, tuple[torch.Tensor, torch.Tensor]] | None = None
-
-
-def cached_document_bounds(doc_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """document_bounds, computed once for a run of calls with the same doc_ids tensor.
-
-    Every layer of a step passes the same doc_ids; the ~15 small ops of document_bounds would otherwise
-    be paid per layer and per call. The entry is keyed on the live tensor object (a weak reference,
-    so a new tensor at a recycled address never matches) and its version counter (in-place edits miss).
-    """
-    global _last_bounds
-    if _last_bounds is not None:
-        ref, version, bounds = _last_bounds
-        if ref() is doc_ids and doc_ids._version == version:
-            return bounds
-    bounds = document_bounds(doc_ids)
-    _last_bounds = (weakref.ref(doc_ids), doc_ids._version, bounds)
-    return bounds
-
-
-def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, doc_ids: torch.Tensor | None) -> None:
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, doc_ids: torch.Tensor | None,
+                  doc_bounds: tuple[torch.Tensor, torch.Tensor] | None) -> None:
     op = "flash_attention"
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_rank(op, name, t, 4, "(batch, heads, seq, head_dim)")
@@ -436,28 +417,51 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, doc_ids: to
         raise KernelInputError(f"{op}: head_dim {head_dim} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
     if seq_len == 0 or batch == 0:
         raise KernelInputError(f"{op}: empty input of shape {tuple(q.shape)}")
+    docs = {}
     if doc_ids is not None:
+        if doc_bounds is not None:
+            raise KernelInputError(f"{op}: pass doc_ids or doc_bounds, not both")
         if doc_ids.shape != (batch, seq_len):
             raise KernelInputError(f"{op}: doc_ids must have shape (batch, seq) = {(batch, seq_len)}, "
                                    f"got {tuple(doc_ids.shape)}")
         if doc_ids.dtype not in (torch.int32, torch.int64):
             raise KernelInputError(f"{op}: doc_ids must be int32 or int64, got {doc_ids.dtype}")
-        check_device(op, q=q, k=k, v=v, doc_ids=doc_ids)
-    else:
-        check_device(op, q=q, k=k, v=v)
+        docs["doc_ids"] = doc_ids
+    elif doc_bounds is not None:
+        docs = dict(zip(("doc_start", "doc_end"), doc_bounds))
+        for name, t in docs.items():
+            # The kernels index the bounds as flat (B, S) int32 rows, the layout document_bounds returns.
+            if t.shape != (batch, seq_len) or t.dtype != torch.int32 or not t.is_contiguous():
+                raise KernelInputError(f"{op}: doc_bounds' {name} must be a contiguous int32 tensor of shape (batch, "
+                                       f"seq) = {(batch, seq_len)} as document_bounds returns, got {t.dtype} "
+                                       f"{tuple(t.shape)} with strides {t.stride()}")
+    check_device(op, q=q, k=k, v=v, **docs)
 
 
 def _fp32_dot(dtype: torch.dtype) -> bool:
     return interpreting() and dtype == torch.bfloat16
 
 
-def attention_forward(q, k, v, doc_start, doc_end, causal: bool, scale: float, skip: bool,
-                      cfg: AttentionConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launch the forward kernel on checked inputs; returns o (layout (B, S, H, D) seen as (B, H, S, D)) and lse2."""
+# The launchers are torch custom ops: torch.compile records one opaque call each, instead of tracing into the
+# Triton launch (on triton 3.6 that passed the scale as fp64 and failed) or breaking the graph around it.
+# Schemas are written out rather than inferred from this module's postponed annotations; AttentionConfig travels
+# as its fields' ints.
+def _forward_outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """o stored (B, S, H, D) and seen as (B, H, S, D): the model's next op merges heads, a free view then; lse2."""
     batch, heads, seq_len, head_dim = q.shape
-    # (B, S, H, D) storage: the model's next op merges heads, and this makes that a free view.
-    o = torch.empty(batch, seq_len, heads, head_dim, device=q.device, dtype=q.dtype).transpose(1, 2)
-    lse = torch.empty(batch, heads, seq_len, device=q.device, dtype=torch.float32)
+    o = q.new_empty(batch, seq_len, heads, head_dim).transpose(1, 2)
+    return o, q.new_empty(batch, heads, seq_len, dtype=torch.float32)
+
+
+@torch.library.custom_op(
+    "proxycomp::flash_attn_fwd", mutates_args=(),
+    schema="(Tensor q, Tensor k, Tensor v, Tensor? doc_start, Tensor? doc_end, bool causal, float scale, bool skip, "
+           "int[] config) -> (Tensor, Tensor)")
+def flash_attn_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, config):
+    """Launch the forward kernel on checked inputs; returns o (see _forward_outputs) and lse2 (B, H, S) float32."""
+    cfg = AttentionConfig(*config)
+    batch, heads, seq_len, head_dim = q.shape
+    o, lse = _forward_outputs(q)
     has_docs = doc_start is not None
     grid = (triton.cdiv(seq_len, cfg.fwd_block_m), batch * heads)
     _attn_fwd_kernel[grid](
@@ -472,8 +476,18 @@ def attention_forward(q, k, v, doc_start, doc_end, causal: bool, scale: float, s
     return o, lse
 
 
-def attention_backward(do, q, k, v, o, lse, doc_start, doc_end, causal: bool, scale: float, skip: bool,
-                       cfg: AttentionConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@flash_attn_fwd.register_fake
+def _(q, k, v, doc_start, doc_end, causal, scale, skip, config):
+    return _forward_outputs(q)
+
+
+@torch.library.custom_op(
+    "proxycomp::flash_attn_bwd", mutates_args=(),
+    schema="(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? doc_start, Tensor? doc_end, "
+           "bool causal, float scale, bool skip, int[] config) -> (Tensor, Tensor, Tensor)")
+def flash_attn_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, config):
+    """dq, dk, dv (each laid out as its input) from the output gradient `do` and the forward's o and lse2."""
+    cfg = AttentionConfig(*config)
     batch, heads, seq_len, head_dim = q.shape
     kv_heads = k.shape[1]
     if do.stride(-1) != 1:
@@ -503,22 +517,33 @@ def attention_backward(do, q, k, v, o, lse, doc_start, doc_end, causal: bool, sc
     return dq, dk, dv
 
 
-class FlashAttentionFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, doc_start, doc_end, causal, scale, skip, cfg):
-        o, lse = attention_forward(q, k, v, doc_start, doc_end, causal, scale, skip, cfg)
-        ctx.save_for_backward(q, k, v, o, lse, doc_start, doc_end)
-        ctx.causal, ctx.scale, ctx.skip, ctx.cfg = causal, scale, skip, cfg
-        return o
-
-    @staticmethod
-    def backward(ctx, do):
-        q, k, v, o, lse, doc_start, doc_end = ctx.saved_tensors
-        dq, dk, dv = attention_backward(do, q, k, v, o, lse, doc_start, doc_end, ctx.causal, ctx.scale, ctx.skip,
-                                        ctx.cfg)
-        return dq, dk, dv, None, None, None, None, None, None
+@flash_attn_bwd.register_fake
+def _(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, config):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
+def _setup_context(ctx, inputs, output):
+    q, k, v, doc_start, doc_end, causal, scale, skip, config = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, doc_start, doc_end)
+    ctx.options = (causal, scale, skip, config)
+    # lse2 is a by-product for the backward: no gradient flows into it, so none is made for it either.
+    ctx.mark_non_differentiable(lse)
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, do, _lse_grad):
+    q, k, v, o, lse, doc_start, doc_end = ctx.saved_tensors
+    dq, dk, dv = flash_attn_bwd(do, q, k, v, o, lse, doc_start, doc_end, *ctx.options)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+flash_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ----------------------------------------------------------------------------------------------
+# entry point
+# ----------------------------------------------------------------------------------------------
 def flash_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -527,6 +552,7 @@ def flash_attention(
     causal: bool = True,
     softmax_scale: float | None = None,
     *,
+    doc_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     skip_masked_blocks: bool = True,
     config: AttentionConfig | None = None,
 ) -> torch.Tensor:
@@ -534,11 +560,17 @@ def flash_attention(
 
     q: (B, H, S, D); k, v: (B, Hkv, S, D) with H % Hkv == 0; any strides with unit stride in D.
     doc_ids: optional (B, S) int32/int64; a query sees only keys of its own run of equal ids.
+    doc_bounds: instead of doc_ids, `document_bounds(doc_ids)` made once by a caller that attends several times
+    over the same documents (the model's layers).
     Returns (B, H, S, D) in q's dtype, stored as (B, S, H, D) so merging heads needs no copy.
     `skip_masked_blocks=False` still masks but computes every causal block (for benchmarking the skip).
     """
-    _check_inputs(q, k, v, doc_ids)
+    _check_inputs(q, k, v, doc_ids, doc_bounds)
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
     cfg = config or default_config(q.shape[-1], q.device)
-    doc_start, doc_end = cached_document_bounds(doc_ids) if doc_ids is not None else (None, None)
-    return FlashAttentionFunction.apply(q, k, v, doc_start, doc_end, bool(causal), scale, skip_masked_blocks, cfg)
+    if doc_ids is not None:
+        doc_bounds = document_bounds(doc_ids)
+    doc_start, doc_end = doc_bounds if doc_bounds is not None else (None, None)
+    o, _ = flash_attn_fwd(q, k, v, doc_start, doc_end, bool(causal), scale, bool(skip_masked_blocks),
+                          list(dataclasses.astuple(cfg)))
+    return o

@@ -167,9 +167,7 @@ class Attention(nn.Module):
         self.wo = nn.Linear(config.n_heads * hd, config.d_model, bias=False)
         # Resolve the kernel once, so a missing backend fails at construction, not mid-run.
         if config.attn_backend == "triton":
-            # Dynamo/Inductor would re-trace the Triton kernel and pass the softmax scale as fp64 (compile error on
-            # triton 3.6); the kernel is already fused, so torch.compile runs around it.
-            self._flash_attention = torch.compiler.disable(_load_kernel("attention", "attn_backend").flash_attention)
+            self._flash_attention = _load_kernel("attention", "attn_backend").flash_attention
         elif config.attn_backend == "flash_attn":
             try:
                 from flash_attn import flash_attn_varlen_func
@@ -186,7 +184,9 @@ class Attention(nn.Module):
         doc_ids: torch.Tensor | None,
         cache: KVCache | None = None,
         cache_mask: torch.Tensor | None = None,
+        doc_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
+        """`doc_bounds`: the triton backend's form of `doc_ids` (given with them), made once per model forward."""
         b, t, _ = x.shape
         cfg = self.config
         q = apply_rope(self.wq(x).view(b, t, cfg.n_heads, cfg.head_dim), *rope)
@@ -205,7 +205,7 @@ class Attention(nn.Module):
                 out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=document_mask(doc_ids, doc_ids), enable_gqa=True)
             out = out.transpose(1, 2)
         elif cfg.attn_backend == "triton":
-            out = self._flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), doc_ids=doc_ids, causal=True)
+            out = self._flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), doc_bounds=doc_bounds, causal=True)
             out = out.transpose(1, 2)
         else:
             out = self._flash_attn_varlen(q, k, v, doc_ids)
@@ -251,8 +251,9 @@ class Block(nn.Module):
         doc_ids: torch.Tensor | None,
         cache: KVCache | None = None,
         cache_mask: torch.Tensor | None = None,
+        doc_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), rope, doc_ids, cache, cache_mask)
+        x = x + self.attn(self.attn_norm(x), rope, doc_ids, cache, cache_mask, doc_bounds)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -271,6 +272,8 @@ class Transformer(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith(("attn.wo.weight", "mlp.w_down.weight")):
                 nn.init.normal_(p, std=0.02 / math.sqrt(2 * config.n_layers))
+        if config.attn_backend == "triton":
+            self._document_bounds = _load_kernel("attention", "attn_backend").document_bounds
         if config.embed_backend == "triton":
             self._embedding_kernel = _load_kernel("embedding", "embed_backend").embedding
 
@@ -307,9 +310,12 @@ class Transformer(nn.Module):
             q_doc = doc_ids if doc_ids is not None else torch.zeros_like(input_ids)
             cache.doc_ids[:, start:start + t] = q_doc
             cache_mask = document_mask(q_doc, cache.doc_ids[:, :start + t], q_start=start)
+        doc_bounds = None
+        if self.config.attn_backend == "triton" and doc_ids is not None and cache is None:
+            doc_bounds = self._document_bounds(doc_ids)  # once here rather than in every layer
         x = self.embed_ids(input_ids)
         for block in self.blocks:
-            x = block(x, rope, doc_ids, cache, cache_mask)
+            x = block(x, rope, doc_ids, cache, cache_mask, doc_bounds)
         if cache is not None:
             cache.length += t
         return self.head(self.norm(x))

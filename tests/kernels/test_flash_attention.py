@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from proxycomp.kernels.attention import KernelInputError, cached_document_bounds, document_bounds, flash_attention
+from proxycomp.kernels.attention import KernelInputError, document_bounds, flash_attention
 from proxycomp.kernels.reference import attention_reference
 
 CUDA = torch.cuda.is_available()
@@ -125,16 +125,6 @@ def test_runs_of_equal_ids_are_documents():
     assert start[0, 25].item() == 20 and end[0, 25].item() == 30
     q, k, v = _inputs(1, 2, 2, seq, 16, torch.float32)
     _check_against_reference(q, k, v, ids.to(DEVICE), True, TOLERANCE[torch.float32])
-
-
-def test_document_bounds_cache_follows_the_tensor():
-    ids = torch.tensor([[0, 0, 1, 1, 1, 2]])
-    first = cached_document_bounds(ids)
-    assert cached_document_bounds(ids) is first
-    ids[0, 1] = 1  # an in-place edit bumps the version: the bounds are recomputed
-    start, end = cached_document_bounds(ids)
-    assert start.tolist() == [[0, 1, 1, 1, 1, 5]] and end.tolist() == [[1, 5, 5, 5, 5, 6]]
-    assert cached_document_bounds(ids.clone())[0] is not start
 
 
 def test_softmax_scale_is_applied():
