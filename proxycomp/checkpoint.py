@@ -31,13 +31,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             tmp.unlink(missing_ok=True)
 
 
-def load_lm(path: str | Path, map_location: str | torch.device = "cpu") -> ProxyLM:
-    """The trained module in eval mode; its hyper-parameters (incl. the vocabulary) come from the file."""
+def load_lm(path: str | Path, map_location: str | torch.device = "cpu", **overrides) -> ProxyLM:
+    """The trained module in eval mode; its hyper-parameters (incl. the vocabulary) come from the file,
+    except `overrides` of hyper-parameters that leave the weights' shapes alone (e.g. attn_backend)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist; pass a .ckpt written by `proxycomp fit`")
     try:
-        lm = ProxyLM.load_from_checkpoint(path, map_location=map_location, weights_only=True, compile=False)
+        lm = ProxyLM.load_from_checkpoint(path, map_location=map_location, weights_only=True,
+                                         **{"compile": False, **overrides})
     except Exception as err:  # torch/pickle/zip raise many types for a damaged file
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(f"checkpoint {path} cannot be loaded ({reason}); is it a complete .ckpt from `proxycomp fit`?") from err

@@ -241,6 +241,9 @@ def test_checkpoint_carries_the_vocabulary(tmp_path):
     loaded = load_lm(tmp_path / "m.ckpt")
     assert loaded.vocabulary == VOCAB and not loaded.training
     torch.testing.assert_close(loaded.model.head.weight, lm.model.head.weight)
+    triton = load_lm(tmp_path / "m.ckpt", attn_backend="triton")  # a backend override keeps the weights
+    assert triton.config.attn_backend == "triton" and loaded.config.attn_backend == lm.config.attn_backend
+    torch.testing.assert_close(triton.model.head.weight, lm.model.head.weight)
 
 
 def test_load_lm_errors_are_one_line(tmp_path):

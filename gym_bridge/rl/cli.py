@@ -2,6 +2,7 @@
 
     proxycomp rl --config recipes/rl/trloo_kernel.yaml --ckpt RUN/checkpoints/last.ckpt [--out DIR] [--resume]
                  [--algorithm.estimator grpo] [--steps 50] [...any config field...]
+    proxycomp rl --config ... --ckpt ... --out DIR --warmstart-only   # only OUT/warmstart/model.ckpt
 
 The config is the `RLConfig` dataclass tree, read from YAML by jsonargparse; any field can be overridden
 on the command line with its dotted name. An unknown key is a one-line error naming it. On CPU the gym's
@@ -12,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +49,13 @@ class GymSettings:
 class FabricSettings:
     accelerator: str = "auto"
     precision: str | None = None  # None: bf16-mixed on CUDA, 32-true on CPU
+    # torch.set_float32_matmul_precision for the policy process: "high" lets fp32 matmuls use TF32 (the gym's
+    # workers keep TF32 off for their own timing and correctness, whatever this says)
+    matmul_precision: str = "highest"
+
+    def __post_init__(self) -> None:
+        if self.matmul_precision not in ("highest", "high", "medium"):
+            raise ValueError(f"fabric.matmul_precision: {self.matmul_precision!r} is not highest, high or medium")
 
 
 def _default_tasks() -> list[str]:
@@ -82,12 +91,22 @@ def _parser():
     parser.add_argument("--ckpt", required=True, help="the initial policy: a .ckpt written by `proxycomp fit`")
     parser.add_argument("--out", default="runs/rl", help="run folder: metrics, checkpoints, corpus, eval tables")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.ckpt")
+    parser.add_argument("--warmstart-only", action="store_true",
+                        help="stop after writing OUT/warmstart/model.ckpt (to share one warm start between runs)")
     parser.add_class_arguments(RLConfig, None)
     return parser
 
 
-def parse_config(argv: Sequence[str]) -> tuple[RLConfig, Path, Path, bool]:
-    """(config, ckpt, out dir, resume); bad input raises RLConfigError with one line."""
+@dataclass
+class RunArgs:
+    ckpt: Path
+    out: Path
+    resume: bool = False
+    warmstart_only: bool = False
+
+
+def parse_config(argv: Sequence[str]) -> tuple[RLConfig, RunArgs]:
+    """(config, run arguments); bad input raises RLConfigError with one line."""
     from jsonargparse import ArgumentError
 
     parser = _parser()
@@ -98,12 +117,16 @@ def parse_config(argv: Sequence[str]) -> tuple[RLConfig, Path, Path, bool]:
     except (ValueError, TypeError, KeyError) as err:  # a dataclass __post_init__ refused its values
         raise RLConfigError(" ".join(str(err).strip("'\"").split())) from None
     config = RLConfig(**{f.name: namespace[f.name] for f in dataclasses.fields(RLConfig)})
-    return config, Path(namespace.ckpt), Path(namespace.out), bool(namespace.resume)
+    args = RunArgs(Path(namespace.ckpt), Path(namespace.out), bool(namespace.resume), bool(namespace.warmstart_only))
+    if args.warmstart_only and (args.resume or config.warmstart.steps == 0):
+        raise RLConfigError("--warmstart-only needs warmstart.steps > 0 and no --resume")
+    return config, args
 
 
 def _warm_start(config: RLConfig, fabric, policy: ByteLMPolicy, tasks: list, gym: Evaluator, out_dir: Path) -> None:
     """Build (or reload) the corpus, train on it, save the result to OUT/warmstart/model.ckpt."""
     corpus_path = out_dir / "warmstart" / "corpus.jsonl"
+    started = time.monotonic()
     if corpus_path.is_file():
         variants = load_corpus(corpus_path)
     else:
@@ -115,7 +138,8 @@ def _warm_start(config: RLConfig, fabric, policy: ByteLMPolicy, tasks: list, gym
         raise RLConfigError(f"rollout.max_bytes={config.rollout.max_bytes} cannot hold the longest warm-start "
                             f"reply ({longest} bytes); raise it or drop the task with the longest solution")
     kinds = {k: sum(e.kind == k for e in examples) for k in ("first_turn", "first_turn_broken", "fix")}
-    print(f"warm start: {len(variants)} variants, examples {kinds}", flush=True)
+    print(f"warm start: {len(variants)} variants ({time.monotonic() - started:.0f} s), examples {kinds}", flush=True)
+    started = time.monotonic()
     settings = config.warmstart
     optimizer = fabric.setup_optimizers(torch.optim.AdamW(
         policy.module.parameters(), lr=settings.lr, weight_decay=settings.weight_decay))
@@ -128,22 +152,25 @@ def _warm_start(config: RLConfig, fabric, policy: ByteLMPolicy, tasks: list, gym
 
     warm_start(policy, examples, settings, step_fn=sft_step, generator=torch.Generator().manual_seed(config.seed),
                log=lambda step, loss: print(f"warm start step {step:>4}  nll/byte {loss:.4f}", flush=True))
+    print(f"warm start: {settings.steps} steps in {time.monotonic() - started:.0f} s", flush=True)
     fabric.save(out_dir / "warmstart" / "model.ckpt", {"model": policy.module})
 
 
 def _evaluate(config: RLConfig, policy: ByteLMPolicy, evaluator, tasks: list, phase: str) -> list[dict]:
-    rows = []
+    started, rows = time.monotonic(), []
     for size in config.evaluation.sizes:
         rows += [dataclasses.asdict(r) for r in evaluate_policy(
             policy, evaluator(size), size, tasks, config.rollout, config.evaluation, phase)]
+    print(f"evaluation {phase}: {time.monotonic() - started:.0f} s", flush=True)
     return rows
 
 
-def run(config: RLConfig, ckpt: Path, out_dir: Path, resume: bool) -> int:
+def run(config: RLConfig, args: RunArgs) -> int:
     from lightning.fabric import Fabric
 
     from proxycomp.checkpoint import AtomicCheckpointIO, load_lm
 
+    ckpt, out_dir, resume = args.ckpt, args.out, args.resume
     checkpoint = out_dir / "checkpoints" / "last.ckpt"
     if resume and not checkpoint.is_file():
         raise RLConfigError(f"--resume: no checkpoint at {checkpoint}; run without --resume to start")
@@ -159,7 +186,10 @@ def run(config: RLConfig, ckpt: Path, out_dir: Path, resume: bool) -> int:
     fabric = Fabric(accelerator=config.fabric.accelerator, devices=1, precision=precision,
                     plugins=[AtomicCheckpointIO()])
     fabric.seed_everything(config.seed)
-    module = fabric.setup_module(load_lm(ckpt).model.train())
+    torch.set_float32_matmul_precision(config.fabric.matmul_precision)
+    # The sampler decodes with SDPA over a KV cache; scoring with the same attention and embedding code keeps
+    # the trainer/rollout probability ratio at rounding level (a Triton/TF32 path would trip mismatch rejection).
+    module = fabric.setup_module(load_lm(ckpt, attn_backend="sdpa", embed_backend="torch").model.train())
     policy = ByteLMPolicy(module, max_context=config.max_context)
     pool = LocalPool(num_workers=config.gym.workers)
 
@@ -179,6 +209,9 @@ def run(config: RLConfig, ckpt: Path, out_dir: Path, resume: bool) -> int:
             print(f"warm start: reusing {warm_model}", flush=True)
         elif not resume and config.warmstart.steps > 0:
             _warm_start(config, fabric, policy, tasks, train_gym, out_dir)
+        if args.warmstart_only:
+            print(f"warm start only: {warm_model}", flush=True)
+            return 0
         optimizer = fabric.setup_optimizers(torch.optim.AdamW(
             module.parameters(), lr=config.algorithm.lr, weight_decay=config.algorithm.weight_decay))
         trainer = RLTrainer(fabric=fabric, policy=policy, optimizer=optimizer, evaluator=train_gym, tasks=tasks,
@@ -195,6 +228,7 @@ def run(config: RLConfig, ckpt: Path, out_dir: Path, resume: bool) -> int:
             before_path.write_text(json.dumps(rows_before))
         trainer.fit(config.steps)
         rows_after = _evaluate(config, policy, evaluator, eval_tasks, f"after {trainer.step} steps")
+        (out_dir / "eval_after.json").write_text(json.dumps(rows_after))
     finally:
         pool.close()
     table = format_table([EvalRow(**r) for r in rows_before + rows_after])
@@ -211,8 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from proxycomp.checkpoint import CheckpointError
 
     try:
-        config, ckpt, out_dir, resume = parse_config(argv)
-        return run(config, ckpt, out_dir, resume)
+        return run(*parse_config(argv))
     except (RLConfigError, TaskError, CheckpointError) as err:
         print(f"proxycomp rl: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2

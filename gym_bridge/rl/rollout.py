@@ -21,6 +21,7 @@ same samples, rewards and trajectory order. With one group the step's generator 
 """
 from __future__ import annotations
 
+import time
 import warnings
 from collections import deque
 from collections.abc import Sequence
@@ -131,13 +132,18 @@ def run_episodes(
     *,
     generator: torch.Generator | None = None,
     overlap: bool = True,
+    timings: dict[str, float] | None = None,
 ) -> list[Trajectory]:
     """``config.samples_per_task`` trajectories per task, task-major (all of task 0's first).
 
     ``overlap=False`` scores each group in this thread before generating the next one: the reference
     schedule, with the same results. A group whose submit raises is dropped whole (with a warning) and the
-    others go on; the failure of the last group standing is raised.
+    others go on; the failure of the last group standing is raised. ``timings``, when given, gets
+    ``generate_s`` (policy sampling) and ``gym_wait_s`` (time spent waiting for scores) added to it.
     """
+    timings = {} if timings is None else timings
+    timings.setdefault("generate_s", 0.0)
+    timings.setdefault("gym_wait_s", 0.0)
     if not tasks:
         raise ValueError("run_episodes: no tasks given")
     trajectories = [Trajectory(task.name, task.source) for task in tasks for _ in range(config.samples_per_task)]
@@ -147,6 +153,7 @@ def run_episodes(
               zip(_split(len(trajectories), count), _group_generators(generator, count, policy))]
 
     def generate(group: _Group) -> tuple[list[str], list[Sample], list[Candidate]]:
+        started = time.monotonic()
         prompts = []
         for i in group.active:
             traj = trajectories[i]
@@ -159,6 +166,7 @@ def run_episodes(
             prompts, 1, config.max_bytes, config.temperature, config.top_p, generator=group.generator)]
         candidates = [Candidate(paths[trajectories[i].task_id], s.text, f"{i}.{group.turn}")
                       for i, s in zip(group.active, samples)]
+        timings["generate_s"] += time.monotonic() - started
         return prompts, samples, candidates
 
     scorer = ThreadPoolExecutor(1, thread_name_prefix="rollout-scoring") if overlap and count > 1 else None
@@ -169,12 +177,15 @@ def run_episodes(
             if ready:
                 group = ready.popleft()
                 prompts, samples, candidates = generate(group)
+                started = time.monotonic()
                 future = (scorer.submit(evaluator.submit, candidates) if scorer is not None
                           else _score_now(evaluator, candidates))
+                timings["gym_wait_s"] += time.monotonic() - started
                 scoring.append((group, prompts, samples, future))
             # Take in finished scores; wait for the oldest only when there is nothing left to generate.
             while scoring and (not ready or scoring[0][3].done()):
                 group, prompts, samples, future = scoring.popleft()
+                started = time.monotonic()
                 try:
                     results = future.result()
                 except Exception as exc:  # noqa: BLE001 - one group's gym failure must not sink the others
@@ -184,6 +195,8 @@ def run_episodes(
                     warnings.warn(f"rollout: scoring trajectories {group.members[0]}-{group.members[-1]} failed at "
                                   f"turn {group.turn}, dropping them: {exc!r}", RuntimeWarning, stacklevel=2)
                     continue
+                finally:
+                    timings["gym_wait_s"] += time.monotonic() - started
                 for i, prompt, sample, result in zip(group.active, prompts, samples, results):
                     trajectories[i].turns.append(turn_from_result(prompt, sample, result))
                 group.active = [i for i in group.active if not is_finished(trajectories[i], config.stop_speedup)]

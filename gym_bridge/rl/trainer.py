@@ -42,7 +42,8 @@ FAST_THRESHOLDS = (1.0, 1.2)
 METRIC_COLUMNS = (
     "step", "reward/mean", "reward/turn0", "reward/final", "correct/turn0", "correct/final", "fast@1", "fast@1.2",
     "coverage/mean", "hack_rate", "turns/mean", "prs/rejection_rate", "mismatch/rejection_rate", "loss/total",
-    "loss/entropy", "loss/approx_kl", "grad_norm", "time/rollout_s", "time/update_s",
+    "loss/entropy", "loss/approx_kl", "grad_norm", "time/rollout_s", "time/generate_s", "time/gym_wait_s",
+    "time/update_s",
 )
 
 
@@ -241,7 +242,7 @@ class MetricsLog:
                 writer.writerow(METRIC_COLUMNS)
             writer.writerow([_fmt(metrics.get(c)) for c in METRIC_COLUMNS])
         shown = ("reward/mean", "correct/turn0", "correct/final", "fast@1.2", "prs/rejection_rate",
-                 "mismatch/rejection_rate", "loss/total", "loss/entropy")
+                 "mismatch/rejection_rate", "loss/total", "loss/entropy", "time/generate_s", "time/gym_wait_s")
         print(f"step {metrics['step']:>4}  " + "  ".join(f"{k} {_fmt(metrics.get(k))}" for k in shown), flush=True)
 
 
@@ -319,8 +320,9 @@ class RLTrainer:
         started = time.monotonic()
         device = self.fabric.device
         tasks = self.tasks_for_step(self.step)
+        timings: dict[str, float] = {}
         trajectories = run_episodes(self.policy, self.evaluator, tasks, self.rollout,
-                                    generator=step_generator(self.seed, self.step, device))
+                                    generator=step_generator(self.seed, self.step, device), timings=timings)
         rolled = time.monotonic()
         batch = make_batch(trajectories, self.algorithm, step_generator(self.seed + 1, self.step))
         update_stats = self.updater.update(batch)
@@ -329,7 +331,8 @@ class RLTrainer:
         dropped = len(tasks) * self.rollout.samples_per_task - len(trajectories)
         metrics = {"step": self.step, **rollout_metrics(trajectories), "rollout/dropped": dropped,
                    **batch.stats, **update_stats,
-                   "time/rollout_s": rolled - started, "time/update_s": time.monotonic() - rolled}
+                   "time/rollout_s": rolled - started, **{f"time/{k}": v for k, v in timings.items()},
+                   "time/update_s": time.monotonic() - rolled}
         self.log.write(metrics)
         self.log.write_turns(self.step, trajectories)
         return metrics

@@ -61,8 +61,11 @@ def test_feedback_is_carried_and_a_correct_turn_ends_the_episode(cpu_gym):
 
 def test_unchanged_code_stops_the_episode(cpu_gym):
     policy = ScriptedPolicy([reply_text(BROKEN)] * 3)
-    trajectories = run_episodes(policy, cpu_gym, [RELU], RolloutConfig(turns=3, samples_per_task=1))
+    timings = {"generate_s": 1.0}  # added to, not replaced
+    trajectories = run_episodes(policy, cpu_gym, [RELU], RolloutConfig(turns=3, samples_per_task=1), timings=timings)
     assert len(trajectories[0].turns) == 2
+    # Two turns scored by the real CPU gym (Triton interpreter): waiting for them takes measurable time.
+    assert timings["generate_s"] > 1.0 and timings["gym_wait_s"] > 0.05
 
 
 def test_all_candidates_of_a_turn_go_in_one_submit(cpu_gym):

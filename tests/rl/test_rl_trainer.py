@@ -178,8 +178,8 @@ def test_rollout_metrics_fast_p_needs_timing():
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
 def test_shipped_recipes_parse(recipe):
-    config, ckpt, out, resume = parse_config(["--config", str(recipe), "--ckpt", "x.ckpt"])
-    assert config.tasks and ckpt.name == "x.ckpt" and not resume
+    config, args = parse_config(["--config", str(recipe), "--ckpt", "x.ckpt"])
+    assert config.tasks and args.ckpt.name == "x.ckpt" and not args.resume and not args.warmstart_only
     for name in config.tasks:
         assert load_task(name).solution_path is not None
 
@@ -210,6 +210,7 @@ def test_unknown_config_key_is_one_line_naming_it(tmp_path, capsys):
     ("--gym.size", "huge", "gym.size"),
     ("--evaluation.sizes", "[tiny]", "evaluation.sizes"),
     ("--warmstart.fix_share", "2", "warmstart.fix_share"),
+    ("--fabric.matmul_precision", "low", "fabric.matmul_precision"),
 ])
 def test_bad_config_values_name_the_field(flag, value, message):
     with pytest.raises(RLConfigError, match=message):
@@ -237,6 +238,11 @@ def test_resume_without_checkpoint_is_an_error(tiny_ckpt, tmp_path, capsys):
     assert "no checkpoint at" in capsys.readouterr().err
 
 
+def test_warmstart_only_needs_warmstart_steps():
+    with pytest.raises(RLConfigError, match="--warmstart-only needs warmstart.steps > 0"):
+        parse_config(["--ckpt", "x", "--warmstart-only", "--warmstart.steps", "0"])
+
+
 def test_warm_start_of_another_base_model_is_an_error(tiny_ckpt, tmp_path, capsys):
     other = Transformer(ModelConfig(d_model=48, n_layers=2, n_heads=2, max_seq_len=4096))
     (tmp_path / "run" / "warmstart").mkdir(parents=True)
@@ -258,6 +264,9 @@ def test_end_to_end_smoke(tiny_ckpt, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "warm start step" in printed and "| before RL | cpu | all |" in printed and "| after 2 steps |" in printed
     assert (out / "checkpoints" / "last.ckpt").is_file() and (out / "warmstart" / "corpus.jsonl").is_file()
+    assert [r["task"] for r in json.loads((out / "eval_after.json").read_text())] == ["relu", "silu", "all"]
+    first = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["time/generate_s"] > 0 and first["time/gym_wait_s"] > 0
     assert main(common + ["--steps", "3", "--resume"]) == 0
     assert "resumed at step 2" in capsys.readouterr().out
     rows = (out / "metrics.jsonl").read_text().splitlines()
