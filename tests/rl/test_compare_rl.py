@@ -1,0 +1,58 @@
+"""tools/compare_rl.py: one warm start shared by one RL run per estimator, then a before/after summary."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = ROOT / "recipes" / "rl" / "trloo_kernel_cpu.yaml"
+
+
+@pytest.fixture(scope="module")
+def compare_rl():
+    spec = importlib.util.spec_from_file_location("compare_rl", ROOT / "tools" / "compare_rl.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    overrides = ["--tasks", "[relu]", "--tasks_per_step", "1", "--steps", "1", "--rollout.samples_per_task", "2",
+                 "--warmstart.steps", "2", "--warmstart.batch_size", "2", "--evaluation.samples_per_task", "1",
+                 "--evaluation.turns", "1", "--gym.workers", "1"]
+    status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out),
+                              "--estimators", "trloo,grpo", "--parallel", "--", *overrides])
+    assert status == 0, (out / "trloo.log").read_text()[-2000:]
+    shared = (out / "warmstart" / "model.ckpt").read_bytes()
+    for name in ("trloo", "grpo"):
+        assert (out / name / "warmstart" / "model.ckpt").read_bytes() == shared
+        config = json.loads((out / name / "config.json").read_text())
+        assert config["algorithm"]["estimator"] == name and config["steps"] == 1
+        assert "warm start: reusing" in (out / f"{name}.log").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["task"] for r in summary["grpo"]["before"]] == ["relu", "all"]
+    assert [s["step"] for s in summary["trloo"]["steps"]] == [1]
+    table = (out / "summary.md").read_text()
+    assert "| trloo | before RL | cpu | all |" in table and "| grpo | after 1 steps | cpu | all |" in table
+    assert (out / "rl_curves.png").stat().st_size > 0
+    (out / "summary.md").unlink()
+    assert compare_rl.main(["--out", str(out), "--summarize-only"]) == 0
+    assert (out / "summary.md").read_text() == table
+
+
+def test_unknown_estimator_fails_before_any_run(compare_rl, tiny_ckpt, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "o"),
+                         "--estimators", "trloo,ppo"])
+    assert "unknown ['ppo']" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_a_failed_warm_start_is_reported(compare_rl, tmp_path, capsys):
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"not a checkpoint")
+    status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(bad), "--out", str(tmp_path / "o")])
+    assert status == 1 and "the warm start failed" in capsys.readouterr().err
+    assert "proxycomp rl: error" in (tmp_path / "o" / "warmstart.log").read_text()
