@@ -19,6 +19,9 @@ from proxycomp.model import KVCache, Transformer
 from proxycomp.vocab import EOS, PAD, RAW_OFFSET, SENTINELS, is_raw_byte, raw_prompt, raw_reply_ids
 
 DEFAULT_STOP_IDS = (EOS, SENTINELS["raw"][1])
+# Steps between checks whether every row has stopped: each check is a host sync, which on a GPU keeps the host from
+# queueing the next steps; rows that stopped keep sampling until the check and are trimmed, so the output is the same.
+DONE_CHECK_EVERY = 16
 
 
 @dataclass
@@ -119,7 +122,7 @@ def generate(
         hit = torch.isin(ids, stops) & ~done
         finished_at[hit] = step + 1
         done |= hit
-        if bool(done.all()) or step == max_new_tokens - 1:
+        if step == max_new_tokens - 1 or ((step + 1) % DONE_CHECK_EVERY == 0 and bool(done.all())):
             break
         logits = model(ids[:, None], (lengths + step)[:, None], torch.ones_like(ids)[:, None], cache=cache)[:, -1]
     model.train(was_training)

@@ -124,6 +124,21 @@ def test_generation_stops_at_a_stop_id_per_row():
     assert len(stopped.ids[0]) <= 3 and len(stopped.logprobs[0]) == len(stopped.ids[0])
 
 
+def test_checking_for_stops_less_often_changes_nothing(monkeypatch):
+    import proxycomp.generate as gen
+
+    model = tiny_model()
+    prompts = [raw_prompt(b"a"), raw_prompt(b"bcd"), raw_prompt(b"ef")]
+    free = generate(model, prompts, 40, temperature=1.0, seed=1, stop_ids=())
+    stops = (free.ids[0][3], free.ids[1][9], free.ids[2][5])  # every row stops early, at different steps
+    runs = []
+    for every in (1, 16):
+        monkeypatch.setattr(gen, "DONE_CHECK_EVERY", every)
+        runs.append(generate(model, prompts, 40, temperature=1.0, seed=1, stop_ids=stops))
+    assert runs[0].ids == runs[1].ids and runs[0].logprobs == runs[1].logprobs
+    assert all(len(ids) < 40 and ids[-1] in stops for ids in runs[0].ids)
+
+
 def test_generate_rejects_bad_prompts():
     model = tiny_model()
     with pytest.raises(ValueError, match="prompt ids"):
