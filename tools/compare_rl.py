@@ -3,6 +3,7 @@
     python tools/compare_rl.py --config recipes/rl/h200_compare.yaml --ckpt RUN/checkpoints/last.ckpt \
         --out runs/rl_compare [--estimators trloo,grpo] [--parallel] [-- --steps 4 ...any rl override...]
     python tools/compare_rl.py --out runs/rl_compare --summarize-only   # re-read the runs, e.g. after a kill
+    python tools/compare_rl.py --config ... --ckpt ... --out runs/rl_compare --resume   # go on after a kill
 
 1. `proxycomp rl --warmstart-only` writes OUT/warmstart/model.ckpt once (corpus labelled by the gym, SFT);
 2. each estimator's run starts from a copy of it (OUT/<estimator>/, its log in OUT/<estimator>.log), with the
@@ -11,6 +12,9 @@
 3. OUT/summary.md and summary.json hold the before/after held-out table of every run and the per-step
    training means; OUT/rl_curves.png plots them.
 A run that fails leaves its log and makes the exit status non-zero; the others still finish and are summarised.
+With --resume, a run with a checkpoint continues from it (`proxycomp rl --resume`), a finished run (its after-RL
+evaluation written) is left alone, and a run killed before its first checkpoint starts again; so a comparison
+longer than one device call is a chain of calls on a machine that keeps OUT.
 """
 from __future__ import annotations
 
@@ -31,8 +35,8 @@ def rl_command(config: Path, ckpt: Path, out: Path, extra: list[str]) -> list[st
             "--out", str(out), *extra]
 
 
-def run_logged(command: list[str], log: Path) -> subprocess.Popen:
-    handle = log.open("w")
+def run_logged(command: list[str], log: Path, append: bool = False) -> subprocess.Popen:
+    handle = log.open("a" if append else "w")
     return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
 
 
@@ -96,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--estimators", default="trloo,grpo")
     parser.add_argument("--parallel", action="store_true", help="run the estimators at the same time (one GPU shared)")
     parser.add_argument("--summarize-only", action="store_true", help="only write the summary of the runs in --out")
+    parser.add_argument("--resume", action="store_true", help="continue the runs already in --out")
     args = parser.parse_args(argv)
     from proxycomp.gym_bridge.rl.advantages import estimator_names
 
@@ -123,9 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     runs, failed = {}, []
     for name in estimators:
         out = args.out / name
+        if args.resume and (out / "eval_after.json").is_file():
+            print(f"{name}: finished earlier, left alone", flush=True)
+            continue
         shutil.copytree(warm, out / "warmstart", dirs_exist_ok=True)
-        process = run_logged(rl_command(args.config, args.ckpt, out, [*extra, "--algorithm.estimator", name]),
-                             args.out / f"{name}.log")
+        resume = args.resume and (out / "checkpoints" / "last.ckpt").is_file()
+        command = rl_command(args.config, args.ckpt, out,
+                             [*extra, "--algorithm.estimator", name, *(["--resume"] if resume else [])])
+        process = run_logged(command, args.out / f"{name}.log", append=args.resume)
         runs[name] = process
         if not args.parallel and process.wait():
             failed.append(name)

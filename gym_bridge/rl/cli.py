@@ -221,6 +221,8 @@ def run(config: RLConfig, args: RunArgs) -> int:
         if resume:
             trainer.load(checkpoint)
             print(f"resumed at step {trainer.step} from {checkpoint}", flush=True)
+        else:
+            trainer.log.truncate(0)  # rows left by a run killed before its first checkpoint
         if resume and before_path.is_file():  # a fresh run re-measures: its config may differ
             rows_before = json.loads(before_path.read_text())
         else:

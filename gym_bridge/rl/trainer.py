@@ -219,6 +219,22 @@ class MetricsLog:
         self.csv = out_dir / "metrics.csv"
         self.rollouts = out_dir / "rollouts.jsonl"
 
+    def truncate(self, step: int) -> None:
+        """Drop the rows of steps after `step`: a run killed between writing a step's rows and saving its
+        checkpoint repeats that step when resumed, and must not log it twice."""
+        for path in (self.jsonl, self.rollouts):
+            if path.is_file():
+                kept = [line for line in path.read_text().splitlines(keepends=True)
+                        if line.strip() and json.loads(line)["step"] <= step]
+                path.write_text("".join(kept))
+        if self.csv.is_file():
+            lines = self.csv.read_text().splitlines(keepends=True)
+            kept = [line for line in lines[1:] if int(line.split(",", 1)[0]) <= step]
+            if kept:
+                self.csv.write_text("".join(lines[:1] + kept))
+            else:
+                self.csv.unlink()  # the next write starts it again with its header
+
     def write_turns(self, step: int, trajectories: Sequence[Trajectory]) -> None:
         """One JSON line per scored turn: what the gym said of each kernel the policy wrote."""
         with self.rollouts.open("a") as fh:
@@ -310,6 +326,7 @@ class RLTrainer:
         state = self._state()
         self.fabric.load(path, state)  # restores modules and the optimizer in place, plain values into `state`
         self.step = int(state["step"])
+        self.log.truncate(self.step)
 
     def tasks_for_step(self, step: int) -> list[Task]:
         """A deterministic rotation over the train tasks."""

@@ -42,6 +42,15 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
     assert compare_rl.main(["--out", str(out), "--summarize-only"]) == 0
     assert (out / "summary.md").read_text() == table
 
+    # A run stopped after its first step (no after-RL evaluation) goes on; a finished one is left alone.
+    (out / "trloo" / "eval_after.json").unlink()
+    status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out), "--resume",
+                              "--", *overrides[:4], "--steps", "2", *overrides[6:]])
+    assert status == 0, (out / "trloo.log").read_text()[-2000:]
+    assert "resumed at step 1" in (out / "trloo.log").read_text() and "grpo: finished earlier" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["step"] for s in summary["trloo"]["steps"]] == [1, 2] and [s["step"] for s in summary["grpo"]["steps"]] == [1]
+
 
 def test_unknown_estimator_fails_before_any_run(compare_rl, tiny_ckpt, tmp_path, capsys):
     with pytest.raises(SystemExit):

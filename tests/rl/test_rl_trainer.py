@@ -156,6 +156,7 @@ def test_trainer_resume_repeats_the_next_step(cpu_gym, tmp_path, setup):
     straight.fit(2)
     interrupted = trainer(tmp_path / "b")
     interrupted.fit(1)
+    interrupted.train_step()  # step 2 is logged, then the run is "killed" before its checkpoint
     resumed = trainer(tmp_path / "b")
     resumed.load(interrupted.checkpoint_path)
     assert resumed.step == 1
@@ -164,6 +165,8 @@ def test_trainer_resume_repeats_the_next_step(cpu_gym, tmp_path, setup):
     drop_times = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in (rows[0][1], rows[1][1])]
     assert drop_times[0] == drop_times[1]
     assert (tmp_path / "b" / "metrics.csv").read_text().count("\n") == 3  # header + 2 steps
+    assert [r["step"] for r in rows[1]] == [1, 2]  # the killed step's rows were dropped on resume, not doubled
+    assert (tmp_path / "a" / "rollouts.jsonl").read_text() == (tmp_path / "b" / "rollouts.jsonl").read_text()
     turns = [json.loads(line) for line in (tmp_path / "a" / "rollouts.jsonl").read_text().splitlines()]
     assert {t["step"] for t in turns} == {1, 2} and all(t["task"] == "relu" and t["feedback"] for t in turns)
 
