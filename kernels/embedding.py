@@ -121,6 +121,18 @@ def _store_runs(OUT, SLOTS, sums, dst, slot, inside, border, any_border):
 
 
 @triton.jit
+def _chunk_bounds(KEYS, chunk, N, CHUNK: tl.constexpr):
+    """A chunk's sorted-token range [c0, c1), its last key, and the keys just before and after it (-1: none)."""
+    c0 = chunk * CHUNK
+    c1 = tl.minimum(c0 + CHUNK, N)
+    last_row = tl.load(KEYS + c1 - 1).to(tl.int32)
+    # Neighbours through clamped scalar loads (the interpreter rejects scalar masks).
+    before = tl.where(c0 > 0, tl.load(KEYS + tl.maximum(c0 - 1, 0)).to(tl.int32), -1)
+    after = tl.where(c1 < N, tl.load(KEYS + tl.minimum(c1, N - 1)).to(tl.int32), -1)
+    return c0, c1, last_row, before, after
+
+
+@triton.jit
 def _segment_sums_kernel(GRAD_X, GRAD_Y, KEYS, PERM, OUT_X, OUT_Y, SLOTS_X, SLOTS_Y, ROW_START, N, D,
                          CHUNK: tl.constexpr, TWO_GRADS: tl.constexpr, EXACT_DOT: tl.constexpr,
                          BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -128,13 +140,8 @@ def _segment_sums_kernel(GRAD_X, GRAD_Y, KEYS, PERM, OUT_X, OUT_Y, SLOTS_X, SLOT
     chunk = tl.program_id(0)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     d_ok = offs_d < D
-    c0 = chunk * CHUNK
-    c1 = tl.minimum(c0 + CHUNK, N)
+    c0, c1, last_row, before, after = _chunk_bounds(KEYS, chunk, N, CHUNK)
     first_row = tl.load(KEYS + c0).to(tl.int32)
-    last_row = tl.load(KEYS + c1 - 1).to(tl.int32)
-    # Neighbours through clamped scalar loads (the interpreter rejects scalar masks); -1 means none.
-    before = tl.where(c0 > 0, tl.load(KEYS + tl.maximum(c0 - 1, 0)).to(tl.int32), -1)
-    after = tl.where(c1 < N, tl.load(KEYS + tl.minimum(c1, N - 1)).to(tl.int32), -1)
     from_before = before == first_row
     into_next = after == last_row
     carry_x = tl.zeros([BLOCK_D], dtype=tl.float32)
@@ -180,11 +187,7 @@ def _finish_rows_kernel(KEYS, ROW_START, SLOTS, OUT, N, V, D, n_chunks, CHUNK: t
     chunk = tl.program_id(0)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     d_ok = offs_d < D
-    c0 = chunk * CHUNK
-    c1 = tl.minimum(c0 + CHUNK, N)
-    last_row = tl.load(KEYS + c1 - 1).to(tl.int32)
-    before = tl.where(c0 > 0, tl.load(KEYS + tl.maximum(c0 - 1, 0)).to(tl.int32), -1)
-    after = tl.where(c1 < N, tl.load(KEYS + tl.minimum(c1, N - 1)).to(tl.int32), -1)
+    _, _, last_row, before, after = _chunk_bounds(KEYS, chunk, N, CHUNK)
     owns = (after == last_row) & (before != last_row)
     acc = tl.load(SLOTS + (chunk * 2 + 1).to(tl.int64) * D + offs_d, mask=_both(owns, d_ok), other=0.0)
     c = chunk + 1
