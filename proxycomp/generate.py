@@ -120,7 +120,7 @@ def generate(
         new_ids.append(ids)
         new_logprobs.append(logprobs)
         hit = torch.isin(ids, stops) & ~done
-        finished_at[hit] = step + 1
+        finished_at.masked_fill_(hit, step + 1)  # not finished_at[hit] = ...: boolean indexing syncs the host
         done |= hit
         if step == max_new_tokens - 1 or ((step + 1) % DONE_CHECK_EVERY == 0 and bool(done.all())):
             break
