@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from proxycomp.generate import DECODE_MODES
 from proxycomp.generate import generate as sample_symbols
 from proxycomp.generate import raw_bytes, restriction_bias
 from proxycomp.model import Transformer
@@ -82,6 +83,7 @@ class ByteLMPolicy:
         max_context: int | None = None,
         autocast: Callable[[], ContextManager] = contextlib.nullcontext,
         score_batch: int = 8,
+        decode: str = "auto",
     ) -> None:
         self.module = model
         self.max_context = max_context if max_context is not None else model.config.max_seq_len
@@ -89,6 +91,9 @@ class ByteLMPolicy:
         if score_batch < 1:
             raise ValueError(f"score_batch: must be >= 1, got {score_batch}")
         self.score_batch = score_batch
+        if decode not in DECODE_MODES:
+            raise ValueError(f"decode: one of {', '.join(DECODE_MODES)}, got {decode!r}")
+        self.decode = decode  # the sampler's loop (proxycomp.generate): "auto" replays a CUDA graph on a GPU
         # Replies are raw bytes: sampling and scoring both use the distribution restricted to raw bytes and the
         # two stops, so a proxy model's compressed-view ids can neither end a reply early nor skew the ratios.
         self._allowed = raw_reply_ids(model.config.vocab_size)
@@ -126,7 +131,7 @@ class ByteLMPolicy:
             out = sample_symbols(
                 self.module, [ids for ids in encoded for _ in range(n)], max_bytes, temperature=temperature,
                 top_p=top_p if top_p < 1.0 else None, stop_ids=self._stop_ids, generator=generator,
-                allowed_ids=self._allowed,
+                allowed_ids=self._allowed, decode=self.decode,
             )
         samples = []
         for tokens, logprobs in zip(out.ids, out.logprobs):

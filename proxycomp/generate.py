@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +22,7 @@ DEFAULT_STOP_IDS = (EOS, SENTINELS["raw"][1])
 # Steps between checks whether every row has stopped: each check is a host sync, which on a GPU keeps the host from
 # queueing the next steps; rows that stopped keep sampling until the check and are trimmed, so the output is the same.
 DONE_CHECK_EVERY = 16
+DECODE_MODES = ("auto", "dynamic", "static", "graph")
 
 
 @dataclass
@@ -66,6 +67,50 @@ def restriction_bias(vocab_size: int, allowed_ids: Sequence[int], device: torch.
     return bias
 
 
+def _fixed_slot_decoder(
+    model: Transformer, cache: KVCache, lengths: torch.Tensor, width: int, graph: bool
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`step(ids (B,)) -> next logits (B, vocab)` over a cache with a fixed slot (see KVCache): one launch of a
+    CUDA graph per symbol when `graph`, instead of a few hundred kernel launches that the host cannot queue as
+    fast as a small model runs them. The logits tensor is reused by the next step."""
+    device = lengths.device
+    cache.slot = torch.full((1,), width, dtype=torch.long, device=device)
+    ids_in = torch.zeros(len(lengths), 1, dtype=torch.long, device=device)
+    doc = torch.ones_like(ids_in)
+
+    def forward() -> torch.Tensor:
+        return model(ids_in, (lengths + (cache.slot - width))[:, None], doc, cache=cache)[:, -1]
+
+    if graph:
+        # Warm-up runs (lazy cuBLAS and kernel set-up) belong on a side stream before capture. They write at
+        # slot `width`, which the first real step overwrites. Autocast must not cache casts inside a graph.
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            forward()
+        torch.cuda.current_stream(device).wait_stream(side)
+        captured = torch.cuda.CUDAGraph()
+        autocast = torch.is_autocast_enabled("cuda")
+        with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocast, cache_enabled=False):
+            with torch.cuda.graph(captured):
+                logits = forward()
+        run = captured.replay
+    else:
+        logits = None
+
+    def step(ids: torch.Tensor) -> torch.Tensor:
+        ids_in.copy_(ids[:, None])
+        if graph:
+            run()
+            out = logits
+        else:
+            out = forward()
+        cache.slot += 1
+        return out
+
+    return step
+
+
 @torch.no_grad()
 def generate(
     model: Transformer,
@@ -78,9 +123,14 @@ def generate(
     seed: int | None = None,
     generator: torch.Generator | None = None,
     allowed_ids: Sequence[int] | None = None,
+    decode: str = "auto",
 ) -> Generation:
     """Continue each prompt (a list of symbol ids) by up to `max_new_tokens` symbols. With `allowed_ids`,
-    symbols are drawn (and their log-probs taken) from the distribution restricted to those ids."""
+    symbols are drawn (and their log-probs taken) from the distribution restricted to those ids.
+
+    `decode` picks the loop after the prompt: "dynamic" attends to the filled cache only; "static" attends
+    over the whole cache under a mask, every shape fixed; "graph" runs the static step as a CUDA graph;
+    "auto" is "graph" on a GPU and "dynamic" elsewhere. All four draw the same symbols up to rounding."""
     vocab_size = model.config.vocab_size
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate needs at least one prompt and no empty prompt")
@@ -92,8 +142,14 @@ def generate(
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
+    if decode not in DECODE_MODES:
+        raise ValueError(f"decode must be one of {', '.join(DECODE_MODES)}, got {decode!r}")
     param = next(model.parameters())
     device = param.device
+    if decode == "auto":
+        decode = "graph" if device.type == "cuda" else "dynamic"
+    if decode == "graph" and device.type != "cuda":
+        raise ValueError(f"decode='graph' needs the model on a CUDA device, it is on {device}")
     if generator is None and seed is not None:
         generator = torch.Generator(device=device).manual_seed(seed)
 
@@ -112,19 +168,25 @@ def generate(
     cache = KVCache(model.config, batch, width + max_new_tokens, device, param.dtype)
     bias = None if allowed_ids is None else restriction_bias(vocab_size, allowed_ids, device)
     logits = model(tokens, positions, doc_ids, cache=cache)[:, -1]
+    if decode == "dynamic":
+        def step(ids: torch.Tensor) -> torch.Tensor:
+            return model(ids[:, None], (lengths + cache.length - width)[:, None], torch.ones_like(ids)[:, None],
+                         cache=cache)[:, -1]
+    elif max_new_tokens > 1:
+        step = _fixed_slot_decoder(model, cache, lengths, width, graph=decode == "graph")
     stops = torch.tensor(list(stop_ids), device=device)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     new_ids, new_logprobs, finished_at = [], [], torch.full((batch,), max_new_tokens, device=device)
-    for step in range(max_new_tokens):
+    for i in range(max_new_tokens):
         ids, logprobs = _draw(logits if bias is None else logits.float() + bias, temperature, top_k, top_p, generator)
         new_ids.append(ids)
         new_logprobs.append(logprobs)
         hit = torch.isin(ids, stops) & ~done
-        finished_at.masked_fill_(hit, step + 1)  # not finished_at[hit] = ...: boolean indexing syncs the host
+        finished_at.masked_fill_(hit, i + 1)  # not finished_at[hit] = ...: boolean indexing syncs the host
         done |= hit
-        if step == max_new_tokens - 1 or ((step + 1) % DONE_CHECK_EVERY == 0 and bool(done.all())):
+        if i == max_new_tokens - 1 or ((i + 1) % DONE_CHECK_EVERY == 0 and bool(done.all())):
             break
-        logits = model(ids[:, None], (lengths + step)[:, None], torch.ones_like(ids)[:, None], cache=cache)[:, -1]
+        logits = step(ids)
     model.train(was_training)
 
     if not new_ids:

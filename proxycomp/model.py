@@ -139,7 +139,12 @@ def cu_seqlens(doc_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 class KVCache:
-    """Keys and values of every layer for batched decoding, plus the document id of each cached slot."""
+    """Keys and values of every layer for batched decoding, plus the document id of each cached slot.
+
+    Two ways to fill it. By default each forward appends after the `length` symbols already cached and attends
+    to those only. With `slot` set (a (1,) device tensor), a forward takes one symbol, writes it at that slot
+    and attends over the whole buffer under a mask: every shape is fixed, so a CUDA graph can capture the step
+    and replay it with the slot advanced on the device (`proxycomp.generate`)."""
 
     def __init__(self, config: ModelConfig, batch: int, capacity: int, device: torch.device, dtype: torch.dtype) -> None:
         shape = (batch, config.n_kv_heads, capacity, config.head_dim)
@@ -147,13 +152,34 @@ class KVCache:
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
         self.doc_ids = torch.zeros(batch, capacity, device=device, dtype=torch.long)
         self.length = 0
+        self.slot: torch.Tensor | None = None
+
+    def visible(self, q_doc: torch.Tensor) -> torch.Tensor:
+        """Record the new symbols' documents (B, T); return the (B, 1, T, slots) mask of what each of them sees."""
+        if self.slot is None:
+            start, end = self.length, self.length + q_doc.shape[1]
+            self.doc_ids[:, start:end] = q_doc
+            return document_mask(q_doc, self.doc_ids[:, :end], q_start=start)
+        if q_doc.shape[1] != 1:
+            raise ValueError(f"a KVCache with a fixed slot takes one symbol per forward, got {q_doc.shape[1]}")
+        self.doc_ids.index_copy_(1, self.slot, q_doc)
+        causal = torch.arange(self.doc_ids.shape[1], device=q_doc.device) <= self.slot
+        return (causal & (self.doc_ids == q_doc))[:, None, None, :]
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store (B, Hkv, T, D) keys/values after the cached ones; return all of them."""
+        """Store (B, Hkv, T, D) keys/values after the cached ones (or at `slot`); return what `visible` masks."""
+        if self.slot is not None:
+            self.k[layer].index_copy_(2, self.slot, k.to(self.k[layer].dtype))  # autocast may give bf16
+            self.v[layer].index_copy_(2, self.slot, v.to(self.v[layer].dtype))
+            return self.k[layer], self.v[layer]
         end = self.length + k.shape[2]
         self.k[layer][:, :, self.length:end] = k
         self.v[layer][:, :, self.length:end] = v
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+    def advance(self, t: int) -> None:
+        if self.slot is None:  # a fixed slot is advanced by whoever owns it, on the device
+            self.length += t
 
 
 class Attention(nn.Module):
@@ -301,15 +327,15 @@ class Transformer(nn.Module):
         `doc_ids` names their documents (left padding in a batch gets its own document).
         """
         b, t = input_ids.shape
-        start = cache.length if cache is not None else 0
         if positions is None:
+            if cache is not None and cache.slot is not None:
+                raise ValueError("decoding at a fixed cache slot needs explicit positions")
+            start = cache.length if cache is not None else 0
             positions = torch.arange(start, start + t, device=input_ids.device).expand(b, t)
         rope = rope_angles(positions, self.config.head_dim, self.config.rope_theta)
         cache_mask = None
         if cache is not None:
-            q_doc = doc_ids if doc_ids is not None else torch.zeros_like(input_ids)
-            cache.doc_ids[:, start:start + t] = q_doc
-            cache_mask = document_mask(q_doc, cache.doc_ids[:, :start + t], q_start=start)
+            cache_mask = cache.visible(doc_ids if doc_ids is not None else torch.zeros_like(input_ids))
         doc_bounds = None
         if self.config.attn_backend == "triton" and doc_ids is not None and cache is None:
             doc_bounds = self._document_bounds(doc_ids)  # once here rather than in every layer
@@ -317,5 +343,5 @@ class Transformer(nn.Module):
         for block in self.blocks:
             x = block(x, rope, doc_ids, cache, cache_mask, doc_bounds)
         if cache is not None:
-            cache.length += t
+            cache.advance(t)
         return self.head(self.norm(x))

@@ -1,3 +1,4 @@
+import contextlib
 import sys
 
 import pytest
@@ -5,6 +6,7 @@ import torch
 
 from proxycomp.generate import generate, raw_bytes
 from proxycomp.model import (
+    KVCache,
     ModelConfig,
     ModelConfigError,
     Transformer,
@@ -137,6 +139,50 @@ def test_checking_for_stops_less_often_changes_nothing(monkeypatch):
         runs.append(generate(model, prompts, 40, temperature=1.0, seed=1, stop_ids=stops))
     assert runs[0].ids == runs[1].ids and runs[0].logprobs == runs[1].logprobs
     assert all(len(ids) < 40 and ids[-1] in stops for ids in runs[0].ids)
+
+
+def _decode_modes_agree(model, prompts, modes, device, autocast=None, atol=1e-5):
+    runs = {}
+    for mode in modes:
+        with torch.autocast(device, dtype=torch.bfloat16) if autocast else contextlib.nullcontext():
+            runs[mode] = (generate(model, prompts, 30, temperature=0, stop_ids=(), decode=mode),
+                          generate(model, prompts, 30, temperature=1.0, seed=2, stop_ids=(), decode=mode))
+    first, *rest = runs.values()
+    for other in rest:
+        for a, b in zip(first, other):
+            assert a.ids == b.ids
+            torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=atol, rtol=0)
+
+
+def test_fixed_slot_decoding_draws_what_the_growing_cache_draws():
+    torch.manual_seed(0)
+    model = tiny_model(max_seq_len=128)
+    prompts = [raw_prompt(b"def fib(n):"), raw_prompt(b"x"), raw_prompt(b"import torch\n")]  # left padding
+    _decode_modes_agree(model, prompts, ("dynamic", "static"), "cpu")
+    _decode_modes_agree(model, prompts, ("dynamic", "static"), "cpu", autocast=True, atol=0.1)  # bf16 keys
+
+
+@pytest.mark.gpu
+def test_cuda_graph_decoding_draws_what_eager_decoding_draws():
+    torch.manual_seed(0)
+    model = tiny_model(max_seq_len=128).cuda()
+    prompts = [raw_prompt(b"def fib(n):"), raw_prompt(b"x"), raw_prompt(b"import torch\n")]
+    _decode_modes_agree(model, prompts, ("dynamic", "static", "graph"), "cuda", atol=1e-4)
+    _decode_modes_agree(model, prompts, ("dynamic", "graph"), "cuda", autocast=True, atol=0.1)
+
+
+def test_fixed_slot_cache_refuses_what_it_cannot_do():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="decode must be one of"):
+        generate(model, [[1, 2]], 2, decode="fast")
+    with pytest.raises(ValueError, match="CUDA device"):
+        generate(model, [[1, 2]], 2, decode="graph")
+    cache = KVCache(model.config, 1, 8, torch.device("cpu"), torch.float32)
+    cache.slot = torch.tensor([0])
+    with pytest.raises(ValueError, match="explicit positions"):
+        model(torch.tensor([[1]]), cache=cache)
+    with pytest.raises(ValueError, match="one symbol per forward"):
+        model(torch.tensor([[1, 2]]), torch.tensor([[0, 1]]), cache=cache)
 
 
 def test_generate_rejects_bad_prompts():

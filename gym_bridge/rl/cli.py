@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -70,6 +71,7 @@ class RLConfig:
     seed: int = 0
     save_every: int = 5
     max_context: int | None = None  # most prompt + reply symbols; None: the model's max_seq_len
+    decode: Literal["auto", "graph", "static", "dynamic"] = "auto"  # the sampler's decode loop: auto (a CUDA graph on a GPU), graph, static or dynamic
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
@@ -190,7 +192,7 @@ def run(config: RLConfig, args: RunArgs) -> int:
     # The sampler decodes with SDPA over a KV cache; scoring with the same attention and embedding code keeps
     # the trainer/rollout probability ratio at rounding level (a Triton/TF32 path would trip mismatch rejection).
     module = fabric.setup_module(load_lm(ckpt, attn_backend="sdpa", embed_backend="torch").model.train())
-    policy = ByteLMPolicy(module, max_context=config.max_context)
+    policy = ByteLMPolicy(module, max_context=config.max_context, decode=config.decode)
     pool = LocalPool(num_workers=config.gym.workers)
 
     def evaluator(size: str) -> Evaluator:  # one pool serves every problem size

@@ -214,6 +214,7 @@ def test_unknown_config_key_is_one_line_naming_it(tmp_path, capsys):
     ("--evaluation.sizes", "[tiny]", "evaluation.sizes"),
     ("--warmstart.fix_share", "2", "warmstart.fix_share"),
     ("--fabric.matmul_precision", "low", "fabric.matmul_precision"),
+    ("--decode", "fast", "decode"),
 ])
 def test_bad_config_values_name_the_field(flag, value, message):
     with pytest.raises(RLConfigError, match=message):
