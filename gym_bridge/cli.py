@@ -41,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="evaluate every shipped solution and report the evaluator's own speed")
     b.add_argument("--size", choices=SIZES, default=None)
     b.add_argument("--tasks", default="", help="comma-separated task names (default: all with a solution)")
-    b.add_argument("--workers", type=int, default=None, help="worker processes (default: one per GPU, else 1)")
+    b.add_argument("--workers", type=int, default=None,
+                   help="worker processes (default: one per GPU, else 1); more than the GPUs share them, timing in turns")
     b.add_argument("--json", dest="json_path", default=None, help="write the results to this JSON file")
     b.add_argument("--record", action="store_true", help="append a dated block to BENCHMARKS.md")
     return p
@@ -108,7 +109,8 @@ def _cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
     table = bench_table(results)
     n_ok = sum(r.correct for r in results)
     summary = (f"{n_ok}/{len(results)} correct; wall {wall:.1f} s for {len(results)} candidates: "
-               f"{wall / len(results):.2f} s per candidate, {60 * len(results) / wall:.1f} candidates/min")
+               f"{wall / len(results):.2f} s per candidate, {60 * len(results) / wall:.1f} candidates/min; "
+               f"worker seconds per candidate: {stage_means(results)}")
     print(table)
     print(summary)
     if args.json_path:
@@ -117,6 +119,15 @@ def _cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
     if args.record:
         _record(size, argv, table, summary, results)
     return 0 if n_ok == len(results) else 1
+
+
+def stage_means(results: list[EvalResult]) -> str:
+    """Mean worker seconds per pipeline stage over the candidates that reached it (EvalResult.stage_s)."""
+    stages: dict[str, list[float]] = {}
+    for r in results:
+        for stage, seconds in r.stage_s.items():
+            stages.setdefault(stage, []).append(seconds)
+    return ", ".join(f"{stage} {sum(v) / len(v):.2f}" for stage, v in stages.items()) or "n/a"
 
 
 def _record(size: str, argv: list[str], table: str, summary: str, results: list[EvalResult]) -> None:

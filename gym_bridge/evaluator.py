@@ -75,7 +75,7 @@ class Evaluator:
     def _finish(self, r: EvalResult, raw: dict, failure: str) -> EvalResult:
         for key in ("compiled", "error", "trials", "trials_passed", "max_abs_err", "speedup", "coverage",
                     "kernel_ms", "kernel_iqr_ms", "ref_ms", "ref_compile_ms", "timing_available",
-                    "launched_kernels", "device", "exit_code", "attempts"):
+                    "launched_kernels", "device", "exit_code", "attempts", "stage_s"):
             if raw.get(key) is not None:
                 setattr(r, key, raw[key])
         r.hacks = list(dict.fromkeys(r.hacks + list(raw.get("hacks", []))))

@@ -15,7 +15,7 @@ import torch
 
 from .launch_hook import LaunchRecorder
 from .op_audit import OpAudit
-from .timing import TimingTools, kernel_coverage, refill, time_calls
+from .timing import DeviceLock, TimingTools, clock, kernel_coverage, refill, time_calls
 
 _GUARDED: dict[str, Callable[[], Any]] = {
     "torch.cuda.Event": lambda: torch.cuda.Event,
@@ -63,6 +63,7 @@ class WorkerContext:
     violations: list[str]
     recorder: LaunchRecorder
     tools: TimingTools | None
+    lock: DeviceLock | None = None  # held while timing and profiling, when workers share the GPU
     guards: dict[str, Any] = field(default_factory=lambda: {k: get() for k, get in _GUARDED.items()})
     jobs: int = 0
 
@@ -139,16 +140,23 @@ def _task_inputs(task: ModuleType, size: str, which: str = "get_inputs") -> list
     return list(fn(size) if hasattr(task, "SIZES") else fn())
 
 
+def _lap(res: dict, stage: str, since: float) -> float:
+    """Record the seconds since `since` as `stage` in the result's stage_s; return now."""
+    now = clock()
+    res["stage_s"][stage] = round(now - since, 4)
+    return now
+
+
 def _hacks_from(ctx: WorkerContext, seen: int) -> list[str]:
     return list(dict.fromkeys(ctx.violations[seen:] + ctx.patched()))
 
 
 def run_job(job: dict, ctx: WorkerContext) -> dict:
     """Measurements for one candidate (see EvalResult for the fields)."""
-    seen = len(ctx.violations)
+    seen, started = len(ctx.violations), clock()
     ctx.jobs += 1
     res: dict[str, Any] = {"compiled": False, "hacks": [], "error": "", "trials": 0, "trials_passed": 0,
-                           "device": ctx.device, "timing_available": False, "launched_kernels": []}
+                           "device": ctx.device, "timing_available": False, "launched_kernels": [], "stage_s": {}}
     try:
         _evaluate(job, ctx, res)
     except CandidateError as exc:
@@ -158,6 +166,7 @@ def run_job(job: dict, ctx: WorkerContext) -> dict:
         if isinstance(exc, SystemExit):
             res["hacks"].append("exit_call:SystemExit")
     res["hacks"] = list(dict.fromkeys(res["hacks"] + _hacks_from(ctx, seen)))
+    _lap(res, "total", started)
     if ctx.device == "cuda":
         torch.cuda.empty_cache()
     return res
@@ -173,6 +182,7 @@ def _call(stage: str, fn: Callable, *args: Any) -> Any:
 
 def _evaluate(job: dict, ctx: WorkerContext, res: dict) -> None:
     cfg, dev, n = job["config"], ctx.device, ctx.jobs
+    started = clock()
     task = _load_module(os.path.join(ctx.workdir, "tasks", f"task_{n}.py"), f"gym_task_{n}", job["task_source"])
     cand = _call("load", _load_module, os.path.join(ctx.workdir, "candidates", f"candidate_{n}.py"),
                  f"gym_candidate_{n}", job["candidate_code"])
@@ -187,6 +197,7 @@ def _evaluate(job: dict, ctx: WorkerContext, res: dict) -> None:
     new = _call("__init__", cand.ModelNew, *init)
     new = _call("to(device)", new.to, dev) if isinstance(new, torch.nn.Module) else new
     res["compiled"] = True
+    started = _lap(res, "load", started)
     audit = OpAudit(tuple(cfg["extra_allowed_ops"]))
 
     def run_candidate(inputs: list, grad: bool) -> Any:
@@ -247,9 +258,18 @@ def _evaluate(job: dict, ctx: WorkerContext, res: dict) -> None:
             res["hacks"].append(f"decoy:no triton launch under {mode.replace('_', '-')}")
     if audit.compute_ops:
         res["hacks"].append("torch_compute:" + ",".join(sorted(audit.compute_ops)))
+    _lap(res, "check", started)
     if res["hacks"] or dev != "cuda" or ctx.tools is None:
         return
-    _time_and_profile(task, ref, new, cfg, tol, ctx, res)
+    if ctx.lock is None:
+        _time_and_profile(task, ref, new, cfg, tol, ctx, res)
+        return
+    try:
+        with ctx.lock.hold(timeout_s=cfg["timeout_s"] / 2) as waited:
+            res["stage_s"]["lock_wait"] = round(waited, 4)
+            _time_and_profile(task, ref, new, cfg, tol, ctx, res)
+    except TimeoutError as exc:  # the gym's fault, not the candidate's: no verdict on it
+        res.update(status="infra_error", error=str(exc))
 
 
 def _time_and_profile(task: ModuleType, ref: Any, new: Any, cfg: dict, tol: dict, ctx: WorkerContext,
@@ -262,6 +282,7 @@ def _time_and_profile(task: ModuleType, ref: Any, new: Any, cfg: dict, tol: dict
         torch.manual_seed(cfg["seed"] + 30_000 + k)
         values.append(_to_device(_task_inputs(task, size), dev))
     opts = dict(warmup=cfg["warmup"], trials=cfg["timing_trials"], flush_mb=cfg["l2_flush_mb"], tools=tools)
+    started = clock()
 
     def measure() -> tuple[float, float, float]:
         kernel_ms, iqr, outs = time_calls(new, sets, values, **opts)
@@ -286,7 +307,9 @@ def _time_and_profile(task: ModuleType, ref: Any, new: Any, cfg: dict, tol: dict
     res.update(timing_available=True, kernel_ms=kernel_ms, kernel_iqr_ms=iqr, ref_ms=ref_ms, speedup=ref_ms / kernel_ms)
     if cfg["compile_reference"]:
         res["ref_compile_ms"] = time_calls(torch.compile(ref), sets, values, **opts)[0]
+    started = _lap(res, "time", started)
     res["coverage"] = kernel_coverage(new, sets[0], set(res["launched_kernels"]), cfg["profile_iters"], tools)
+    _lap(res, "profile", started)
     patched = ctx.patched()
     if patched:
         res["hacks"].extend(patched)

@@ -2,8 +2,9 @@
 
 `WorkerProcess` is the parent's handle on one sandboxed worker (see worker.py), forked by the pool's
 `Zygote` (see zygote.py) so that a new worker costs a fork, not a torch import. `LocalPool` runs jobs on
-N slots (one per GPU, pinned with CUDA_VISIBLE_DEVICES, or N CPU slots). A worker is retired after any
-job that was not clean (failed, flagged, timed out, crashed) and after `max_jobs_per_worker` clean ones;
+N slots: on GPUs one per GPU by default, or N spread over them round-robin, each pinned with
+CUDA_VISIBLE_DEVICES (workers sharing a GPU take turns timing: timing.DeviceLock); else N CPU slots.
+A worker is retired after any job that was not clean (failed, flagged, timed out, crashed) and after `max_jobs_per_worker` clean ones;
 its replacement is forked right away. Only infrastructure faults
 (a worker that cannot start or answers garbage) are retried; a candidate that crashes or hangs gets its
 own "crashed"/"timeout" result.
@@ -89,13 +90,14 @@ class Zygote:
 class WorkerProcess:
     """The parent's handle on one forked worker: job pipes plus the monitor's status pipe."""
 
-    def __init__(self, zygote: Zygote, *, device_env: dict[str, str], memory_mb: int, cpu_s: int) -> None:
+    def __init__(self, zygote: Zygote, *, device_env: dict[str, str], memory_mb: int, cpu_s: int,
+                 timing_lock: str | None = None) -> None:
         self.workdir = tempfile.mkdtemp(prefix="gym-worker-")
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
         self._status, status_w = os.pipe()
         request = {"workdir": self.workdir, "env": sandbox.scrubbed_env(self.workdir, device_env),
-                   "memory_mb": memory_mb, "cpu_s": cpu_s}
+                   "memory_mb": memory_mb, "cpu_s": cpu_s, "timing_lock": timing_lock}
         try:
             zygote.fork(request, [to_child_r, from_child_w, status_w])
         finally:
@@ -218,6 +220,19 @@ def visible_gpus(count: int) -> list[str]:
     return names[:count]
 
 
+def worker_devices(num_workers: int | None, gpus: list[str]) -> list[str]:
+    """The GPU of each worker slot: `num_workers` (default one per GPU) dealt round-robin over `gpus`."""
+    if not gpus:
+        return []
+    return [gpus[i % len(gpus)] for i in range(num_workers or len(gpus))]
+
+
+def timing_lock_path(gpu: str) -> str:
+    """One lock file per physical GPU (its CUDA_VISIBLE_DEVICES name), shared by every pool on the machine."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in gpu)
+    return os.path.join(tempfile.gettempdir(), f"proxycomp-gym-timing-gpu{safe}.lock")
+
+
 def clean(result: dict) -> bool:
     """A job after which the worker may serve another one."""
     return ("status" not in result and not result.get("hacks") and not result.get("error")
@@ -225,14 +240,14 @@ def clean(result: dict) -> bool:
 
 
 class LocalPool:
-    """N sandboxed worker processes on this machine (one per GPU when CUDA exists)."""
+    """N sandboxed worker processes on this machine: with CUDA, `num_workers` (default one per GPU) spread over
+    the GPUs, or one per entry of `devices` (CUDA_VISIBLE_DEVICES names, repeats allowed)."""
 
     def __init__(self, num_workers: int | None = None, devices: list[str] | None = None) -> None:
         import torch
 
         if devices is None:
-            count = torch.cuda.device_count()
-            devices = visible_gpus(count)[: num_workers or count]
+            devices = worker_devices(num_workers, visible_gpus(torch.cuda.device_count()))
         self.devices = devices
         self.num_workers = len(devices) if devices else (num_workers or 1)
         if self.num_workers < 1:
@@ -256,7 +271,8 @@ class LocalPool:
                 self._zygote = Zygote()
             zygote = self._zygote
         return WorkerProcess(zygote, device_env=self._device_env(slot), memory_mb=config["memory_limit_mb"],
-                             cpu_s=config["cpu_limit_s"])
+                             cpu_s=config["cpu_limit_s"],
+                             timing_lock=timing_lock_path(self.devices[slot]) if self.devices else None)
 
     def _worker(self, slot: int, config: dict) -> WorkerProcess:
         settings = (config["memory_limit_mb"], config["cpu_limit_s"])

@@ -7,11 +7,50 @@ streams is counted) and record the end event. Median and IQR over the trials.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import statistics
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
+
+# Bound before any candidate loads (a candidate may patch the time module; the harness flags that, and the lock
+# must still wait correctly).
+clock, _sleep = time.monotonic, time.sleep
+
+
+class DeviceLock:
+    """An inter-process lock on one GPU, held while a candidate is timed and profiled.
+
+    Workers sharing a GPU (LocalPool with more workers than GPUs, or two RL runs on one machine) load, compile
+    and check candidates at the same time, but never time two at once: a kernel timed beside another process's
+    kernels is slowed by them. flock: the kernel releases the lock when its holder dies (timeout kill, crash).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+
+    @contextlib.contextmanager
+    def hold(self, timeout_s: float) -> Iterator[float]:
+        """Yields the seconds spent waiting; TimeoutError when the lock stays taken for `timeout_s`."""
+        started = clock()
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if clock() - started > timeout_s:
+                    raise TimeoutError(f"the GPU timing lock {self.path} stayed taken for {timeout_s:g} s") from None
+                _sleep(0.005)
+        try:
+            yield clock() - started
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)

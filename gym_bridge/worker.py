@@ -68,8 +68,9 @@ def _warm_up_triton() -> None:
     torch.cuda.synchronize()
 
 
-def serve(in_fd: int, out_fd: int, workdir: str, memory_mb: int, cpu_s: int) -> None:
-    """Arm the sandbox in this (freshly forked) process and answer jobs until the parent closes `in_fd`."""
+def serve(in_fd: int, out_fd: int, workdir: str, memory_mb: int, cpu_s: int, timing_lock: str | None = None) -> None:
+    """Arm the sandbox in this (freshly forked) process and answer jobs until the parent closes `in_fd`.
+    `timing_lock`: the lock file of this worker's GPU (see timing.DeviceLock), opened before the sandbox."""
     log = os.open(os.path.join(workdir, "worker.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -85,20 +86,22 @@ def serve(in_fd: int, out_fd: int, workdir: str, memory_mb: int, cpu_s: int) -> 
 
     from . import harness, sandbox
     from .launch_hook import LaunchRecorder
-    from .timing import TimingTools
+    from .timing import DeviceLock, TimingTools
 
     harness.disable_tf32()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     sandbox.apply_rlimits(memory_mb=None if device == "cuda" else memory_mb, cpu_s=cpu_s)
-    tools = None
+    tools = lock = None
     if device == "cuda":
         _warm_up_triton()
         tools = TimingTools.capture()
+        lock = DeviceLock(timing_lock) if timing_lock else None
 
     recorder = LaunchRecorder().install()
     trusted = tuple(os.path.dirname(m.__file__) for m in (torch, triton, numpy))
     violations = sandbox.install_audit_hook(workdir, os.path.join(workdir, "candidates"), trusted)
-    ctx = harness.WorkerContext(workdir=workdir, device=device, violations=violations, recorder=recorder, tools=tools)
+    ctx = harness.WorkerContext(workdir=workdir, device=device, violations=violations, recorder=recorder, tools=tools,
+                                lock=lock)
     send(out_fd, {"ready": os.getpid(), "device": device})
     while (job := recv(in_fd)) is not None:
         sandbox.extend_cpu_budget(cpu_s)

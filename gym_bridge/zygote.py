@@ -34,7 +34,7 @@ def _monitor(req: dict, to_child_r: int, from_child_w: int, status_w: int) -> No
 
         code = 0
         try:
-            serve(to_child_r, from_child_w, req["workdir"], req["memory_mb"], req["cpu_s"])
+            serve(to_child_r, from_child_w, req["workdir"], req["memory_mb"], req["cpu_s"], req.get("timing_lock"))
         except BaseException:  # noqa: BLE001 - reported through the exit code and worker.log
             import traceback
 

@@ -28,3 +28,14 @@ def test_gpu_timing_coverage_and_hacks():
     assert r["cache"].reward == 0.0
     assert "monkey_patch:torch.cuda.Event.elapsed_time" in r["timer"].hacks
     assert r["illegal"].status in ("crashed", "error") and r["illegal"].reward == 0.0
+
+
+@pytest.mark.gpu
+def test_workers_sharing_one_gpu_take_turns_timing():
+    batch = [Candidate(RELU_TASK, HONEST_RELU, f"relu{i}") for i in range(3)]
+    batch += [Candidate(MATMUL_TASK, HONEST_MATMUL, f"matmul{i}") for i in range(3)]
+    with Evaluator(LocalPool(num_workers=3), EvalConfig(size="gpu", timeout_s=120)) as ev:  # 3 on one GPU
+        results = ev.submit(batch)
+    for res in results:
+        assert res.status == "ok" and res.timing_available and res.coverage > 0.5, res.to_dict()
+        assert {"load", "check", "lock_wait", "time", "profile", "total"} <= set(res.stage_s), res.stage_s

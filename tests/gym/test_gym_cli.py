@@ -50,6 +50,7 @@ def test_gym_bench_prints_table_writes_json_and_records(tmp_path, monkeypatch, c
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "| relu | ok | True | n/a | n/a |" in out and "candidates/min" in out
+    assert "worker seconds per candidate: load " in out
     assert json.loads((tmp_path / "b.json").read_text())["results"][0]["correct"] is True
     recorded = bench_md.read_text()
     assert "## Gym (issue 4)" in recorded and "`proxycomp gym bench --size cpu --tasks relu" in recorded

@@ -16,3 +16,5 @@ def test_every_shipped_solution_is_correct_and_clean():
     bad = {r.task: (r.status, r.hacks, r.error[:200]) for r in results if not (r.correct and not r.hacks)}
     assert not bad
     assert all(r.launched_kernels for r in results)
+    # Where each worker spent its time (no timing or profiling on CPU).
+    assert all({"load", "check", "total"} <= set(r.stage_s) and r.stage_s["total"] >= r.stage_s["check"] for r in results)
