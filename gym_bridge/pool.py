@@ -4,10 +4,10 @@
 `Zygote` (see zygote.py) so that a new worker costs a fork, not a torch import. `LocalPool` runs jobs on
 N slots: on GPUs one per GPU by default, or N spread over them round-robin, each pinned with
 CUDA_VISIBLE_DEVICES (workers sharing a GPU take turns timing: timing.DeviceLock); else N CPU slots.
-A worker is retired after any job that was not clean (failed, flagged, timed out, crashed) and after `max_jobs_per_worker` clean ones;
-its replacement is forked right away. Only infrastructure faults
-(a worker that cannot start or answers garbage) are retried; a candidate that crashes or hangs gets its
-own "crashed"/"timeout" result.
+A worker is retired after any job that was not clean (failed, flagged, timed out, crashed) and after
+`max_jobs_per_worker` clean ones; its replacement is forked right away. Only infrastructure faults (a worker
+that cannot start or answers garbage) are retried; a candidate that crashes or hangs gets its own
+"crashed"/"timeout" result.
 """
 from __future__ import annotations
 

@@ -81,6 +81,7 @@ def _fixed_slot_decoder(
     def forward() -> torch.Tensor:
         return model(ids_in, (lengths + (cache.slot - width))[:, None], doc, cache=cache)[:, -1]
 
+    compute = forward
     if graph:
         # Warm-up runs (lazy cuBLAS and kernel set-up) belong on a side stream before capture. They write at
         # slot `width`, which the first real step overwrites. Autocast must not cache casts inside a graph.
@@ -94,17 +95,14 @@ def _fixed_slot_decoder(
         with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), enabled=autocast, cache_enabled=False):
             with torch.cuda.graph(captured):
                 logits = forward()
-        run = captured.replay
-    else:
-        logits = None
+
+        def compute() -> torch.Tensor:
+            captured.replay()
+            return logits
 
     def step(ids: torch.Tensor) -> torch.Tensor:
         ids_in.copy_(ids[:, None])
-        if graph:
-            run()
-            out = logits
-        else:
-            out = forward()
+        out = compute()
         cache.slot += 1
         return out
 

@@ -71,7 +71,8 @@ class RLConfig:
     seed: int = 0
     save_every: int = 5
     max_context: int | None = None  # most prompt + reply symbols; None: the model's max_seq_len
-    decode: Literal["auto", "graph", "static", "dynamic"] = "auto"  # the sampler's decode loop: auto (a CUDA graph on a GPU), graph, static or dynamic
+    # The sampler's decode loop (proxycomp.generate): auto is a CUDA graph on a GPU and the eager loop elsewhere.
+    decode: Literal["auto", "graph", "static", "dynamic"] = "auto"
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
