@@ -14,7 +14,7 @@ from proxycomp.benchmarks import append_block
 from .config import SIZES, Candidate, EvalConfig
 from .evaluator import Evaluator
 from .pool import LocalPool
-from .result import EvalResult
+from .result import EvalResult, mean_stages
 from .tasks import list_tasks, load_task
 
 
@@ -122,12 +122,8 @@ def _cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def stage_means(results: list[EvalResult]) -> str:
-    """Mean worker seconds per pipeline stage over the candidates that reached it (EvalResult.stage_s)."""
-    stages: dict[str, list[float]] = {}
-    for r in results:
-        for stage, seconds in r.stage_s.items():
-            stages.setdefault(stage, []).append(seconds)
-    return ", ".join(f"{stage} {sum(v) / len(v):.2f}" for stage, v in stages.items()) or "n/a"
+    means = mean_stages(r.stage_s for r in results)
+    return ", ".join(f"{stage} {seconds:.2f}" for stage, seconds in means.items()) or "n/a"
 
 
 def _record(size: str, argv: list[str], table: str, summary: str, results: list[EvalResult]) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # Terminal states, in pipeline order. Only "ok" can earn a reward.
@@ -81,3 +82,12 @@ class EvalResult:
         text = "\n".join(lines)
         raw = text.encode()
         return text if len(raw) <= FEEDBACK_LIMIT else raw[: FEEDBACK_LIMIT - 3].decode(errors="ignore") + "..."
+
+
+def mean_stages(stage_dicts: Iterable[dict]) -> dict[str, float]:
+    """Mean worker seconds per pipeline stage (EvalResult.stage_s) over the candidates that reached it."""
+    stages: dict[str, list[float]] = {}
+    for stage_s in stage_dicts:
+        for stage, seconds in stage_s.items():
+            stages.setdefault(stage, []).append(seconds)
+    return {stage: sum(v) / len(v) for stage, v in stages.items()}

@@ -49,6 +49,7 @@ class Turn:
     logprobs: torch.Tensor | None = None  # rollout log-probs of the reply tokens, (n_reply_tokens,)
     tokens: list[int] | None = None  # the policy's symbols of the reply, for re-scoring by the trainer
     speedup: float | None = None  # reference time / candidate time; None when not timed (CPU) or failed
+    stage_s: dict = field(default_factory=dict)  # the gym worker's seconds per stage (EvalResult.stage_s)
 
     @property
     def hacked(self) -> bool:

@@ -72,6 +72,7 @@ def turn_from_result(prompt: str, sample: Sample, result: EvalResult) -> Turn:
         logprobs=torch.tensor(sample.logprobs, dtype=torch.float32),
         tokens=list(sample.tokens),
         speedup=result.speedup,
+        stage_s=dict(result.stage_s),
     )
 
 
