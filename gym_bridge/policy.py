@@ -72,6 +72,8 @@ class ByteLMPolicy:
     in the same precision; on bf16 GPUs their remaining difference is what mismatch correction handles.
     ``max_context`` bounds prompt + reply symbols; longer prompts are an error (cut them with the
     episode's ``max_bytes``), so the model never sees positions beyond what it was trained on silently.
+    ``gpu_turn`` is entered around each sampling call, e.g. ``DeviceLock.share`` of the GPU the gym times
+    on, so no candidate is timed while the policy computes beside it.
     """
 
     STOP = SENTINELS["raw"][1]
@@ -84,8 +86,10 @@ class ByteLMPolicy:
         autocast: Callable[[], ContextManager] = contextlib.nullcontext,
         score_batch: int = 8,
         decode: str = "auto",
+        gpu_turn: Callable[[], ContextManager] = contextlib.nullcontext,
     ) -> None:
         self.module = model
+        self.gpu_turn = gpu_turn
         self.max_context = max_context if max_context is not None else model.config.max_seq_len
         self.autocast = autocast
         if score_batch < 1:
@@ -127,7 +131,7 @@ class ByteLMPolicy:
         encoded = [self.encode_prompt(p) for p in prompts]
         for ids in encoded:
             self._check_length(ids, max_bytes, "generate")
-        with self.autocast():
+        with self.gpu_turn(), self.autocast():
             out = sample_symbols(
                 self.module, [ids for ids in encoded for _ in range(n)], max_bytes, temperature=temperature,
                 top_p=top_p if top_p < 1.0 else None, stop_ids=self._stop_ids, generator=generator,

@@ -54,3 +54,35 @@ def test_the_lock_dies_with_a_killed_holder(tmp_path):
     os.waitpid(pid, 0)
     with lock.hold(timeout_s=1.0) as waited:
         assert waited < 1.0
+
+
+def test_sharers_coexist_and_keep_timing_out(tmp_path):
+    path = str(tmp_path / "gpu0.lock")
+    policy_a, policy_b, worker = DeviceLock(path), DeviceLock(path), DeviceLock(path)
+    with policy_a.share():
+        with policy_b.share():  # two RL runs' policies may compute side by side
+            with pytest.raises(TimeoutError):
+                with worker.hold(timeout_s=0.1):
+                    pass
+        with pytest.raises(TimeoutError):  # one sharer left is enough to keep the timing waiting
+            with worker.hold(timeout_s=0.1):
+                pass
+    with worker.hold(timeout_s=0.2) as waited:
+        assert waited < 0.2
+
+
+def test_a_share_waits_for_a_timing_in_progress(tmp_path):
+    path = str(tmp_path / "gpu0.lock")
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a worker timing for 0.3 s
+        with DeviceLock(path).hold(timeout_s=1.0):
+            os.write(ready_w, b"x")
+            time.sleep(0.3)
+        os._exit(0)
+    os.read(ready_r, 1)
+    started = time.monotonic()
+    with DeviceLock(path).share():
+        waited = time.monotonic() - started
+    os.waitpid(pid, 0)
+    assert 0.1 < waited < 5.0
