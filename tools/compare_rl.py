@@ -3,7 +3,7 @@
     python tools/compare_rl.py --config recipes/rl/h200_compare.yaml --ckpt RUN/checkpoints/last.ckpt \
         --out runs/rl_compare [--estimators trloo,grpo] [--parallel] [-- --steps 4 ...any rl override...]
     python tools/compare_rl.py --out runs/rl_compare --summarize-only   # re-read the runs, e.g. after a kill
-    python tools/compare_rl.py --config ... --ckpt ... --out runs/rl_compare --resume   # go on after a kill
+    python tools/compare_rl.py --config ... --ckpt ... --out runs/rl_compare --resume [--max-time-s 540]
 
 1. `proxycomp rl --warmstart-only` writes OUT/warmstart/model.ckpt once (corpus labelled by the gym, SFT);
 2. each estimator's run starts from a copy of it (OUT/<estimator>/, its log in OUT/<estimator>.log), with the
@@ -14,7 +14,12 @@
 A run that fails leaves its log and makes the exit status non-zero; the others still finish and are summarised.
 With --resume, a run with a checkpoint continues from it (`proxycomp rl --resume`), a finished run (its after-RL
 evaluation written) is left alone, and a run killed before its first checkpoint starts again; so a comparison
-longer than one device call is a chain of calls on a machine that keeps OUT.
+longer than one device call is a chain of calls on a machine that keeps OUT. --max-time-s ends the call in time
+instead of being killed mid-step: a run stops, checkpointed, before a step that would leave no room for its after-RL
+evaluation, and is evaluated after the steps it took (--resume trains it on). In sequence, the first run gets an
+equal share of the time left and its steps set the others' (they are not cut by the clock), so the runs keep an
+equal budget; in parallel each run is cut by the clock alone and the summary says after how many steps each was
+evaluated.
 """
 from __future__ import annotations
 
@@ -50,6 +55,16 @@ def read_run(run: Path) -> dict:
     if (run / "metrics.jsonl").is_file():
         steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return {"before": rows("eval_before.json"), "after": rows("eval_after.json"), "steps": steps}
+
+
+def steps_done(run: Path) -> int:
+    steps = read_run(run)["steps"]
+    return steps[-1]["step"] if steps else 0
+
+
+def finished(run: Path, steps: int) -> bool:
+    """Evaluated after `steps` RL steps (a run stopped by its time budget is evaluated too, but earlier)."""
+    return (run / "eval_after.json").is_file() and steps_done(run) >= steps
 
 
 def summary_markdown(results: dict[str, dict]) -> str:
@@ -101,7 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallel", action="store_true", help="run the estimators at the same time (one GPU shared)")
     parser.add_argument("--summarize-only", action="store_true", help="only write the summary of the runs in --out")
     parser.add_argument("--resume", action="store_true", help="continue the runs already in --out")
+    parser.add_argument("--max-time-s", type=float,
+                        help="wall seconds for this invocation, after-RL evaluations included (see above)")
     args = parser.parse_args(argv)
+    if args.max_time_s is not None and args.max_time_s <= 0:
+        parser.error(f"--max-time-s: must be > 0, got {args.max_time_s:g}")
     from proxycomp.gym_bridge.rl.advantages import estimator_names
 
     estimators = [e.strip() for e in args.estimators.split(",") if e.strip()]
@@ -113,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     for flag, path in (("--config", args.config), ("--ckpt", args.ckpt)):
         if path is None or not path.is_file():
             parser.error(f"{flag}: no such file: {path}")
+    from proxycomp.gym_bridge.rl.cli import RLConfigError, parse_config
+
+    try:  # the steps this invocation asks for, and a config typo reported before any run starts
+        target_steps = parse_config(["--config", str(args.config), "--ckpt", str(args.ckpt), *extra])[0].steps
+    except RLConfigError as err:
+        parser.error(str(err))
     args.out.mkdir(parents=True, exist_ok=True)
 
     start = time.perf_counter()
@@ -125,20 +150,30 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copytree(args.out / "warmstart_run" / "warmstart", warm)
     print(f"warm start ready ({time.perf_counter() - start:.0f} s): {warm / 'model.ckpt'}", flush=True)
 
-    runs, failed = {}, []
+    runs, failed, steps_cap = {}, [], None
+    todo = [name for name in estimators if not (args.resume and finished(args.out / name, target_steps))]
     for name in estimators:
         out = args.out / name
-        if args.resume and (out / "eval_after.json").is_file():
+        if name not in todo:
             print(f"{name}: finished earlier, left alone", flush=True)
             continue
         shutil.copytree(warm, out / "warmstart", dirs_exist_ok=True)
         resume = args.resume and (out / "checkpoints" / "last.ckpt").is_file()
+        limit = []
+        if steps_cap is not None:  # equal budget: as many steps as the first run took, whatever the clock says
+            limit = ["--steps", str(steps_cap)]
+        elif args.max_time_s is not None:  # in sequence, the first run takes its share and sets the steps
+            share = 1 if args.parallel else len(todo) - todo.index(name)
+            limit = ["--max_time_s", f"{max((start + args.max_time_s - time.perf_counter()) / share, 1.0):.0f}"]
         command = rl_command(args.config, args.ckpt, out,
-                             [*extra, "--algorithm.estimator", name, *(["--resume"] if resume else [])])
+                             [*extra, *limit, "--algorithm.estimator", name, *(["--resume"] if resume else [])])
         process = run_logged(command, args.out / f"{name}.log", append=args.resume)
         runs[name] = process
-        if not args.parallel and process.wait():
-            failed.append(name)
+        if not args.parallel:
+            if process.wait():
+                failed.append(name)
+            elif args.max_time_s is not None and steps_cap is None and steps_done(out) > 0:
+                steps_cap = steps_done(out)
     if args.parallel:
         failed = [name for name, process in runs.items() if process.wait()]
     for name in failed:

@@ -10,22 +10,24 @@ Triton kernels run in the interpreter (TRITON_INTERPRET=1 is set for the workers
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ContextManager, Literal
 
 import torch
 
 from ..config import SIZES, EvalConfig
 from ..evaluator import Evaluator
 from ..policy import ByteLMPolicy
-from ..pool import LocalPool
+from ..pool import LocalPool, timing_lock_path, visible_gpus
 from ..tasks import TaskError, load_task
+from ..timing import DeviceLock
 from .evaluation import EvalRow, EvaluationConfig, evaluate_policy, format_table
 from .rollout import RolloutConfig
 from .trainer import AlgorithmConfig, RLTrainer
@@ -70,6 +72,9 @@ class RLConfig:
     tasks_per_step: int = 2
     seed: int = 0
     save_every: int = 5
+    # Wall seconds for this invocation, after-RL evaluation included: RL stops (checkpointed) before a step that
+    # would leave too little time, and the policy is evaluated after the steps it took. None: no limit.
+    max_time_s: float | None = None
     max_context: int | None = None  # most prompt + reply symbols; None: the model's max_seq_len
     # The sampler's decode loop (proxycomp.generate): auto is a CUDA graph on a GPU and the eager loop elsewhere.
     decode: Literal["auto", "graph", "static", "dynamic"] = "auto"
@@ -79,6 +84,10 @@ class RLConfig:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     gym: GymSettings = field(default_factory=GymSettings)
     fabric: FabricSettings = field(default_factory=FabricSettings)
+
+    def __post_init__(self) -> None:
+        if self.max_time_s is not None and self.max_time_s <= 0:
+            raise ValueError(f"max_time_s: must be > 0 seconds (or null for no limit), got {self.max_time_s}")
 
 
 class RLConfigError(ValueError):
@@ -115,11 +124,11 @@ def parse_config(argv: Sequence[str]) -> tuple[RLConfig, RunArgs]:
     parser = _parser()
     try:
         namespace = parser.instantiate(parser.parse_args(list(argv)))
+        config = RLConfig(**{f.name: namespace[f.name] for f in dataclasses.fields(RLConfig)})
     except ArgumentError as err:
         raise RLConfigError(" ".join(str(err).split())) from None
     except (ValueError, TypeError, KeyError) as err:  # a dataclass __post_init__ refused its values
         raise RLConfigError(" ".join(str(err).strip("'\"").split())) from None
-    config = RLConfig(**{f.name: namespace[f.name] for f in dataclasses.fields(RLConfig)})
     args = RunArgs(Path(namespace.ckpt), Path(namespace.out), bool(namespace.resume), bool(namespace.warmstart_only))
     if args.warmstart_only and (args.resume or config.warmstart.steps == 0):
         raise RLConfigError("--warmstart-only needs warmstart.steps > 0 and no --resume")
@@ -159,6 +168,22 @@ def _warm_start(config: RLConfig, fabric, policy: ByteLMPolicy, tasks: list, gym
     fabric.save(out_dir / "warmstart" / "model.ckpt", {"model": policy.module})
 
 
+def gpu_turn(device: torch.device) -> Callable[[], ContextManager]:
+    """The policy's shared hold on the timing lock of its GPU (timing.DeviceLock): the gym's workers, this run's
+    and any other run's on the machine, time no candidate while the policy samples or updates on that GPU."""
+    if device.type != "cuda":
+        return contextlib.nullcontext
+    lock = DeviceLock(timing_lock_path(visible_gpus(torch.cuda.device_count())[device.index or 0]))
+
+    @contextlib.contextmanager
+    def turn():
+        with lock.share():
+            yield
+            torch.cuda.synchronize(device)  # queued kernels (an optimizer step) finish before a timing may start
+
+    return turn
+
+
 def _evaluate(config: RLConfig, policy: ByteLMPolicy, evaluator, tasks: list, phase: str) -> list[dict]:
     started, rows = time.monotonic(), []
     for size in config.evaluation.sizes:
@@ -173,6 +198,7 @@ def run(config: RLConfig, args: RunArgs) -> int:
 
     from proxycomp.checkpoint import AtomicCheckpointIO, load_lm
 
+    started = time.monotonic()
     ckpt, out_dir, resume = args.ckpt, args.out, args.resume
     checkpoint = out_dir / "checkpoints" / "last.ckpt"
     if resume and not checkpoint.is_file():
@@ -193,7 +219,8 @@ def run(config: RLConfig, args: RunArgs) -> int:
     # The sampler decodes with SDPA over a KV cache; scoring with the same attention and embedding code keeps
     # the trainer/rollout probability ratio at rounding level (a Triton/TF32 path would trip mismatch rejection).
     module = fabric.setup_module(load_lm(ckpt, attn_backend="sdpa", embed_backend="torch").model.train())
-    policy = ByteLMPolicy(module, max_context=config.max_context, decode=config.decode)
+    policy = ByteLMPolicy(module, max_context=config.max_context, decode=config.decode,
+                          gpu_turn=gpu_turn(fabric.device))
     pool = LocalPool(num_workers=config.gym.workers)
 
     def evaluator(size: str) -> Evaluator:  # one pool serves every problem size
@@ -226,12 +253,23 @@ def run(config: RLConfig, args: RunArgs) -> int:
             print(f"resumed at step {trainer.step} from {checkpoint}", flush=True)
         else:
             trainer.log.truncate(0)  # rows left by a run killed before its first checkpoint
+        evaluation_s = None
         if resume and before_path.is_file():  # a fresh run re-measures: its config may differ
             rows_before = json.loads(before_path.read_text())
         else:
+            evaluation_started = time.monotonic()
             rows_before = _evaluate(config, policy, evaluator, eval_tasks, "before RL")
+            evaluation_s = time.monotonic() - evaluation_started
             before_path.write_text(json.dumps(rows_before))
-        trainer.fit(config.steps)
+        deadline = None
+        if config.max_time_s is not None:  # room for the after-RL evaluation: as long as the one before, or a step
+            deadline = started + config.max_time_s - (evaluation_s or trainer.longest_step_s)
+        trainer.fit(config.steps, deadline)
+        if trainer.step < config.steps:
+            print(f"stopped at step {trainer.step} of {config.steps}: max_time_s={config.max_time_s:g} leaves no room "
+                  "for another step and the evaluation; --resume goes on", flush=True)
+            if trainer.step == 0:
+                return 0
         rows_after = _evaluate(config, policy, evaluator, eval_tasks, f"after {trainer.step} steps")
         (out_dir / "eval_after.json").write_text(json.dumps(rows_after))
     finally:

@@ -29,6 +29,7 @@ from lightning.fabric import Fabric
 
 from ..evaluator import Evaluator
 from ..policy import ByteLMPolicy
+from ..result import mean_stages
 from ..tasks import Task
 from .advantages import get_estimator
 from .episode import Trajectory, stack_turns
@@ -243,7 +244,7 @@ class MetricsLog:
                     fh.write(json.dumps({
                         "step": step, "task": traj.task_id, "episode": i, "turn": t, "reward": turn.reward,
                         "correct": turn.correct, "speedup": turn.speedup, "coverage": turn.coverage,
-                        "hacks": list(turn.hacks), "feedback": turn.feedback,
+                        "hacks": list(turn.hacks), "feedback": turn.feedback, "stage_s": turn.stage_s,
                     }) + "\n")
 
     def write(self, metrics: dict[str, Any]) -> None:
@@ -306,6 +307,7 @@ class RLTrainer:
             self.reference = ByteLMPolicy(frozen, max_context=policy.max_context)
         self.updater = PolicyUpdater(fabric, policy, optimizer, algorithm, rollout.temperature, self.reference)
         self.step = 0
+        self.longest_step_s = 0.0  # wall seconds, for fit's deadline (checkpointed: a resumed run knows it)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.log = MetricsLog(self.out_dir)
 
@@ -314,7 +316,8 @@ class RLTrainer:
         return self.out_dir / "checkpoints" / "last.ckpt"
 
     def _state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"model": self.policy.module, "optimizer": self.optimizer, "step": self.step}
+        state: dict[str, Any] = {"model": self.policy.module, "optimizer": self.optimizer, "step": self.step,
+                                 "longest_step_s": self.longest_step_s}
         if self.reference is not None:
             state["reference"] = self.reference.module
         return state
@@ -326,6 +329,7 @@ class RLTrainer:
         state = self._state()
         self.fabric.load(path, state)  # restores modules and the optimizer in place, plain values into `state`
         self.step = int(state["step"])
+        self.longest_step_s = float(state.get("longest_step_s", 0.0))
         self.log.truncate(self.step)
 
     def tasks_for_step(self, step: int) -> list[Task]:
@@ -342,22 +346,33 @@ class RLTrainer:
                                     generator=step_generator(self.seed, self.step, device), timings=timings)
         rolled = time.monotonic()
         batch = make_batch(trajectories, self.algorithm, step_generator(self.seed + 1, self.step))
-        update_stats = self.updater.update(batch)
+        with self.policy.gpu_turn():  # scoring, backward and optimizer step: no gym timing beside them
+            update_stats = self.updater.update(batch)
         self.step += 1
         # Episodes of an overlap group whose gym submit failed are dropped (run_episodes warns).
         dropped = len(tasks) * self.rollout.samples_per_task - len(trajectories)
         metrics = {"step": self.step, **rollout_metrics(trajectories), "rollout/dropped": dropped,
                    **batch.stats, **update_stats,
                    "time/rollout_s": rolled - started, **{f"time/{k}": v for k, v in timings.items()},
+                   **{f"gym_s/{k}": v for k, v in mean_stages(t.stage_s for tr in trajectories for t in tr.turns).items()},
                    "time/update_s": time.monotonic() - rolled}
         self.log.write(metrics)
         self.log.write_turns(self.step, trajectories)
         return metrics
 
-    def fit(self, steps: int) -> list[dict[str, float]]:
+    def fit(self, steps: int, deadline: float | None = None) -> list[dict[str, float]]:
+        """Train up to ``steps``. With a ``deadline`` (time.monotonic), stop before a step that would end past
+        it, judged by the longest step this trainer has taken, with a checkpoint: a run cut to a time budget
+        resumes cleanly."""
         history = []
         while self.step < steps:
+            if deadline is not None and time.monotonic() + self.longest_step_s > deadline:
+                if self.step % self.save_every:
+                    self.save()
+                break
+            started = time.monotonic()
             history.append(self.train_step())
+            self.longest_step_s = max(self.longest_step_s, time.monotonic() - started)
             if self.step % self.save_every == 0 or self.step == steps:
                 self.save()
         return history

@@ -42,14 +42,29 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
     assert compare_rl.main(["--out", str(out), "--summarize-only"]) == 0
     assert (out / "summary.md").read_text() == table
 
-    # A run stopped after its first step (no after-RL evaluation) goes on; a finished one is left alone.
+    # A run killed before its after-RL evaluation goes on; a finished one is left alone.
     (out / "trloo" / "eval_after.json").unlink()
     status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out), "--resume",
-                              "--", *overrides[:4], "--steps", "2", *overrides[6:]])
+                              "--", *overrides])
     assert status == 0, (out / "trloo.log").read_text()[-2000:]
     assert "resumed at step 1" in (out / "trloo.log").read_text() and "grpo: finished earlier" in capsys.readouterr().out
+    assert (out / "trloo" / "eval_after.json").is_file()
+    steps_2 = [*overrides[:4], "--steps", "2", *overrides[6:]]
+    assert compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out), "--resume",
+                            "--estimators", "trloo", "--", *steps_2]) == 0  # more steps asked: trains on
+    assert compare_rl.steps_done(out / "trloo") == 2 and compare_rl.steps_done(out / "grpo") == 1
+
+    # A time budget too short for one more step: trloo stops at its checkpoint and is evaluated after 2 steps;
+    # grpo, run after it, is given trloo's 2 steps instead of a clock, so both end at an equal budget.
+    status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out), "--resume",
+                              "--max-time-s", "1", "--", *overrides[:4], "--steps", "3", *overrides[6:]])
+    assert status == 0, (out / "trloo.log").read_text()[-2000:]
+    assert "stopped at step 2 of 3: max_time_s=1 leaves no room" in (out / "trloo.log").read_text()
     summary = json.loads((out / "summary.json").read_text())
-    assert [s["step"] for s in summary["trloo"]["steps"]] == [1, 2] and [s["step"] for s in summary["grpo"]["steps"]] == [1]
+    for name in ("trloo", "grpo"):
+        assert [s["step"] for s in summary[name]["steps"]] == [1, 2]
+        assert {r["phase"] for r in summary[name]["after"]} == {"after 2 steps"}
+    assert not compare_rl.finished(out / "trloo", 3) and compare_rl.finished(out / "trloo", 2)
 
 
 def test_unknown_estimator_fails_before_any_run(compare_rl, tiny_ckpt, tmp_path, capsys):
@@ -65,3 +80,16 @@ def test_a_failed_warm_start_is_reported(compare_rl, tmp_path, capsys):
     status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(bad), "--out", str(tmp_path / "o")])
     assert status == 1 and "the warm start failed" in capsys.readouterr().err
     assert "proxycomp rl: error" in (tmp_path / "o" / "warmstart.log").read_text()
+
+
+def test_a_config_typo_fails_before_any_run(compare_rl, tiny_ckpt, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "o"),
+                         "--", "--stepz", "3"])
+    assert "stepz" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_a_bad_time_budget_fails_before_any_run(compare_rl, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        compare_rl.main(["--config", str(RECIPE), "--ckpt", "x", "--out", str(tmp_path / "o"), "--max-time-s", "0"])
+    assert "--max-time-s: must be > 0" in capsys.readouterr().err and not (tmp_path / "o").exists()

@@ -1,4 +1,6 @@
+import contextlib
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -171,6 +173,62 @@ def test_trainer_resume_repeats_the_next_step(cpu_gym, tmp_path, setup):
     assert {t["step"] for t in turns} == {1, 2} and all(t["task"] == "relu" and t["feedback"] for t in turns)
 
 
+def test_the_policy_computes_in_its_gpu_turn_and_the_gym_never_scores_inside_one(cpu_gym, tmp_path, setup):
+    f, policy, optimizer, config = setup()
+    events, open_turns = [], [0]
+
+    @contextlib.contextmanager
+    def gpu_turn():  # stands in for DeviceLock.share: the gym may time nothing while one is open
+        open_turns[0] += 1
+        events.append("turn")
+        try:
+            yield
+        finally:
+            open_turns[0] -= 1
+
+    class WatchedGym:  # scores the shipped solution in place of each (tiny model's) reply, so workers run
+        def submit(self, candidates):
+            events.append("submit" if open_turns[0] == 0 else "submit inside a turn")
+            return cpu_gym.submit([Candidate(c.task, reply_text(SOLUTION), c.id) for c in candidates])
+
+    policy.gpu_turn = gpu_turn
+    rollout = RolloutConfig(turns=2, samples_per_task=2, max_bytes=24, prompt_max_bytes=512)
+    trainer = RLTrainer(fabric=f, policy=policy, optimizer=optimizer, evaluator=WatchedGym(), tasks=[RELU],
+                        rollout=rollout, algorithm=config, out_dir=tmp_path, tasks_per_step=1, seed=3, save_every=1)
+    metrics = trainer.train_step()
+    assert "submit inside a turn" not in events
+    assert events[0] == "turn" and events[-1] == "turn"  # the first sampling call ... the update
+    assert events.count("turn") == events.count("submit") + 1  # one per sampled turn, one for the update
+    assert metrics["gym_s/total"] > 0  # the workers' seconds per stage, averaged over the step's turns
+    turns = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    assert all(t["stage_s"]["total"] > 0 for t in turns)
+
+
+def test_a_deadline_stops_between_steps_with_a_checkpoint_and_resume_finishes(cpu_gym, tmp_path, setup):
+    rollout = RolloutConfig(turns=1, samples_per_task=2, max_bytes=24, prompt_max_bytes=512)
+
+    def trainer():
+        f, policy, optimizer, config = setup()
+        return RLTrainer(fabric=f, policy=policy, optimizer=optimizer, evaluator=cpu_gym, tasks=[RELU],
+                         rollout=rollout, algorithm=config, out_dir=tmp_path, tasks_per_step=1, seed=3, save_every=5)
+
+    cut = trainer()
+    assert cut.fit(3, deadline=time.monotonic() - 1) == []  # no time at all: not one step starts
+    cut.fit(1)
+    cut.checkpoint_path.unlink()
+    # After one step the longest step is known; a deadline closer than it stops before step 2, saving step 1
+    # although save_every=5 would not have.
+    assert cut.fit(3, deadline=time.monotonic() + 1e-3) == [] and cut.step == 1
+    assert cut.checkpoint_path.is_file()
+    resumed = trainer()
+    resumed.load(cut.checkpoint_path)
+    assert resumed.step == 1
+    resumed.fit(3, deadline=time.monotonic() + 3600)
+    assert resumed.step == 3
+    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
+
+
 def test_rollout_metrics_fast_p_needs_timing():
     trajectories = [Trajectory("t", "", [Turn("p", "r", correct=True, reward=1.0, speedup=s)])
                     for s in (None, 1.1, 1.5)]
@@ -215,6 +273,7 @@ def test_unknown_config_key_is_one_line_naming_it(tmp_path, capsys):
     ("--warmstart.fix_share", "2", "warmstart.fix_share"),
     ("--fabric.matmul_precision", "low", "fabric.matmul_precision"),
     ("--decode", "fast", "decode"),
+    ("--max_time_s", "0", "max_time_s"),
 ])
 def test_bad_config_values_name_the_field(flag, value, message):
     with pytest.raises(RLConfigError, match=message):
