@@ -64,8 +64,8 @@ def test_unchanged_code_stops_the_episode(cpu_gym):
     timings = {"generate_s": 1.0}  # added to, not replaced
     trajectories = run_episodes(policy, cpu_gym, [RELU], RolloutConfig(turns=3, samples_per_task=1), timings=timings)
     assert len(trajectories[0].turns) == 2
-    # Two turns scored by the real CPU gym (Triton interpreter): waiting for them takes measurable time.
-    assert timings["generate_s"] > 1.0 and timings["gym_wait_s"] > 0.05
+    # Two turns scored by the real CPU gym: the wait is accounted (a warm worker scores relu in ~20 ms).
+    assert timings["generate_s"] > 1.0 and timings["gym_wait_s"] > 0.0
 
 
 def test_all_candidates_of_a_turn_go_in_one_submit(cpu_gym):
