@@ -96,7 +96,9 @@ def _fixed_slot_decoder(
             with torch.cuda.graph(captured):
                 logits = forward()
 
-        def compute() -> torch.Tensor:
+        def compute(graph_inputs=(ids_in, doc, lengths)) -> torch.Tensor:
+            # The replay reads its inputs at the addresses it captured, so they must live as long as the graph:
+            # a freed `doc` (nothing else holds it) was reused by the sampler's tensors and corrupted whole rows.
             captured.replay()
             return logits
 
