@@ -12,8 +12,8 @@
 3. OUT/summary.md and summary.json hold the before/after held-out table of every run and the per-step
    training means; OUT/rl_curves.png plots them.
 A run that fails leaves its log and makes the exit status non-zero; the others still finish and are summarised.
-With --resume, a run with a checkpoint continues from it (`proxycomp rl --resume`), a finished run (its after-RL
-evaluation written) is left alone, and a run killed before its first checkpoint starts again; so a comparison
+With --resume, a run with a checkpoint continues from it (`proxycomp rl --resume`), a finished run (evaluated after
+the steps now asked for) is left alone, and a run killed before its first checkpoint starts again; so a comparison
 longer than one device call is a chain of calls on a machine that keeps OUT. --max-time-s ends the call in time
 instead of being killed mid-step: a run stops, checkpointed, before a step that would leave no room for its after-RL
 evaluation, and is evaluated after the steps it took (--resume trains it on). In sequence, the first run gets an
@@ -172,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.parallel:
             if process.wait():
                 failed.append(name)
-            elif args.max_time_s is not None and steps_cap is None and steps_done(out) > 0:
-                steps_cap = steps_done(out)
+            elif args.max_time_s is not None and steps_cap is None:
+                steps_cap = steps_done(out) or None  # a run stopped before its first step sets nothing
     if args.parallel:
         failed = [name for name, process in runs.items() if process.wait()]
     for name in failed:
