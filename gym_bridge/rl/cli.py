@@ -2,7 +2,7 @@
 
     proxycomp rl --config recipes/rl/trloo_kernel.yaml --ckpt RUN/checkpoints/last.ckpt [--out DIR] [--resume]
                  [--algorithm.estimator grpo] [--steps 50] [...any config field...]
-    proxycomp rl --config ... --ckpt ... --out DIR --warmstart-only   # only OUT/warmstart/model.ckpt
+    proxycomp rl --config ... --ckpt ... --out DIR --warmstart-only   # only OUT/warmstart/ (model, evaluation)
 
 The config is the `RLConfig` dataclass tree, read from YAML by jsonargparse; any field can be overridden
 on the command line with its dotted name. An unknown key is a one-line error naming it. On CPU the gym's
@@ -104,7 +104,8 @@ def _parser():
     parser.add_argument("--out", default="runs/rl", help="run folder: metrics, checkpoints, corpus, eval tables")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.ckpt")
     parser.add_argument("--warmstart-only", action="store_true",
-                        help="stop after writing OUT/warmstart/model.ckpt (to share one warm start between runs)")
+                        help="stop after writing OUT/warmstart/model.ckpt and its evaluation before RL "
+                             "(to share one warm start between runs)")
     parser.add_class_arguments(RLConfig, None)
     return parser
 
@@ -193,6 +194,34 @@ def _evaluate(config: RLConfig, policy: ByteLMPolicy, evaluator, tasks: list, ph
     return rows
 
 
+# Fields that do not change what the held-out evaluation of a given model measures.
+_NOT_EVALUATED = ("steps", "tasks_per_step", "save_every", "max_time_s", "algorithm", "warmstart")
+
+
+def _before_rl(config: RLConfig, policy: ByteLMPolicy, evaluator, tasks: list, warm_dir: Path | None
+               ) -> tuple[list[dict], float]:
+    """The held-out rows of the policy before RL, and the seconds they took to measure. A warm start's rows are
+    kept beside its model (warm_dir/eval_before.json) and reused by every run from that model with the same
+    evaluation settings, so the estimators of one comparison start from one measured baseline (and one
+    evaluation's device time)."""
+    settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in _NOT_EVALUATED}
+    cache = warm_dir / "eval_before.json" if warm_dir is not None else None
+    if cache is not None and cache.is_file():
+        try:
+            kept = json.loads(cache.read_text())
+            if kept["settings"] == json.loads(json.dumps(settings)):
+                print(f"evaluation before RL: reusing the warm start's ({cache})", flush=True)
+                return kept["rows"], kept["seconds"]
+        except (ValueError, KeyError, TypeError) as err:  # a damaged file is measured again, not trusted
+            print(f"evaluation before RL: {cache} is unreadable ({err!r}); measuring again", flush=True)
+    started = time.monotonic()
+    rows = _evaluate(config, policy, evaluator, tasks, "before RL")
+    seconds = time.monotonic() - started
+    if cache is not None:
+        cache.write_text(json.dumps({"settings": settings, "seconds": seconds, "rows": rows}))
+    return rows, seconds
+
+
 def run(config: RLConfig, args: RunArgs) -> int:
     from lightning.fabric import Fabric
 
@@ -239,8 +268,11 @@ def run(config: RLConfig, args: RunArgs) -> int:
             print(f"warm start: reusing {warm_model}", flush=True)
         elif not resume and config.warmstart.steps > 0:
             _warm_start(config, fabric, policy, tasks, train_gym, out_dir)
+        # The policy is the warm start itself until RL or a resumed checkpoint changes it.
+        warm_dir = warm_model.parent if not resume and warm_model.is_file() else None
         if args.warmstart_only:
-            print(f"warm start only: {warm_model}", flush=True)
+            _before_rl(config, policy, evaluator, eval_tasks, warm_dir)
+            print(f"warm start only: {warm_model} and its evaluation before RL", flush=True)
             return 0
         optimizer = fabric.setup_optimizers(torch.optim.AdamW(
             module.parameters(), lr=config.algorithm.lr, weight_decay=config.algorithm.weight_decay))
@@ -254,12 +286,10 @@ def run(config: RLConfig, args: RunArgs) -> int:
         else:
             trainer.log.truncate(0)  # rows left by a run killed before its first checkpoint
         evaluation_s = None
-        if resume and before_path.is_file():  # a fresh run re-measures: its config may differ
+        if resume and before_path.is_file():  # a fresh run re-measures, or reuses its warm start's rows
             rows_before = json.loads(before_path.read_text())
         else:
-            evaluation_started = time.monotonic()
-            rows_before = _evaluate(config, policy, evaluator, eval_tasks, "before RL")
-            evaluation_s = time.monotonic() - evaluation_started
+            rows_before, evaluation_s = _before_rl(config, policy, evaluator, eval_tasks, warm_dir)
             before_path.write_text(json.dumps(rows_before))
         deadline = None
         if config.max_time_s is not None:  # room for the after-RL evaluation: as long as the one before, or a step

@@ -32,7 +32,9 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
         config = json.loads((out / name / "config.json").read_text())
         assert config["algorithm"]["estimator"] == name and config["steps"] == 1
         assert "warm start: reusing" in (out / f"{name}.log").read_text()
+        assert "evaluation before RL: reusing the warm start's" in (out / f"{name}.log").read_text()
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["trloo"]["before"] == summary["grpo"]["before"]  # one measured baseline for both
     assert [r["task"] for r in summary["grpo"]["before"]] == ["relu", "all"]
     assert [s["step"] for s in summary["trloo"]["steps"]] == [1]
     table = (out / "summary.md").read_text()

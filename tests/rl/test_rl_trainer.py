@@ -306,6 +306,33 @@ def test_warmstart_only_needs_warmstart_steps():
         parse_config(["--ckpt", "x", "--warmstart-only", "--warmstart.steps", "0"])
 
 
+def test_a_warm_starts_evaluation_is_reused_only_under_the_same_settings(tmp_path, monkeypatch, capsys):
+    from proxycomp.gym_bridge.rl import cli
+
+    measured = []
+
+    def evaluate(config, policy, evaluator, tasks, phase):
+        measured.append(config.evaluation.samples_per_task)
+        return [{"phase": phase, "samples": config.evaluation.samples_per_task}]
+
+    monkeypatch.setattr(cli, "_evaluate", evaluate)
+    config, _ = parse_config(["--ckpt", "x", "--evaluation.samples_per_task", "3"])
+    rows, _ = cli._before_rl(config, None, None, [], tmp_path)
+    trloo_rows, _ = cli._before_rl(parse_config(["--ckpt", "x", "--evaluation.samples_per_task", "3",
+                                                  "--algorithm.estimator", "grpo", "--steps", "7"])[0],
+                                   None, None, [], tmp_path)
+    assert trloo_rows == rows and measured == [3]  # another estimator and step count: the same baseline
+    assert "reusing the warm start's" in capsys.readouterr().out
+    other, _ = cli._before_rl(parse_config(["--ckpt", "x", "--evaluation.samples_per_task", "5"])[0],
+                              None, None, [], tmp_path)
+    assert other[0]["samples"] == 5 and measured == [3, 5]  # other evaluation settings: measured again
+    (tmp_path / "eval_before.json").write_text('{"settings": {"seed"')  # a damaged file: measured, not trusted
+    cli._before_rl(config, None, None, [], tmp_path)
+    assert measured == [3, 5, 3] and "unreadable" in capsys.readouterr().out
+    cli._before_rl(config, None, None, [], None)  # no warm start: nothing to keep it beside
+    assert measured == [3, 5, 3, 3]
+
+
 def test_warm_start_of_another_base_model_is_an_error(tiny_ckpt, tmp_path, capsys):
     other = Transformer(ModelConfig(d_model=48, n_layers=2, n_heads=2, max_seq_len=4096))
     (tmp_path / "run" / "warmstart").mkdir(parents=True)
