@@ -140,6 +140,13 @@ def _task_inputs(task: ModuleType, size: str, which: str = "get_inputs") -> list
     return list(fn(size) if hasattr(task, "SIZES") else fn())
 
 
+def _device_inputs(task: ModuleType, size: str, dev: str) -> list:
+    """The task's inputs, made on `dev`: tensor factories default to it (drawing the gpu size's inputs on the host
+    took ~1 s each, 7 per candidate, on the H200), and a tensor the task makes elsewhere is moved there."""
+    with torch.device(dev):
+        return _to_device(_task_inputs(task, size), dev)
+
+
 def _lap(res: dict, stage: str, since: float) -> float:
     """Record the seconds since `since` as `stage` in the result's stage_s; return now."""
     now = clock()
@@ -210,7 +217,7 @@ def _evaluate(job: dict, ctx: WorkerContext, res: dict) -> None:
     inputs = []
     for trial in range(cfg["correct_trials"]):
         torch.manual_seed(seed + 1 + trial)
-        inputs = _to_device(_task_inputs(task, size), dev)
+        inputs = _device_inputs(task, size, dev)
         pristine, mine, theirs = _clone(inputs), _clone(inputs), _clone(inputs)
         # Candidate first on even trials: a `torch.empty` that hopes to land on the reference's freed
         # output then finds garbage; reference first on odd trials keeps state from either side honest.
@@ -240,7 +247,7 @@ def _evaluate(job: dict, ctx: WorkerContext, res: dict) -> None:
 
     # Stale-output check: same tensors (same data_ptr and shape), new contents.
     torch.manual_seed(seed + 10_000)
-    fresh = _to_device(_task_inputs(task, size), dev)
+    fresh = _device_inputs(task, size, dev)
     refill(mine, fresh)
     out, names = run_candidate(mine, False)
     launched["no_grad"].update(names)
@@ -275,14 +282,14 @@ def _evaluate(job: dict, ctx: WorkerContext, res: dict) -> None:
 def _time_and_profile(task: ModuleType, ref: Any, new: Any, cfg: dict, tol: dict, ctx: WorkerContext,
                       res: dict) -> None:
     size, dev, tools = cfg["size"], ctx.device, ctx.tools
-    sets, values = [], []
+    sets, values, started = [], [], clock()
     for k in range(max(cfg["input_sets"], 2)):
         torch.manual_seed(cfg["seed"] + 20_000 + k)
-        sets.append(_to_device(_task_inputs(task, size), dev))
+        sets.append(_device_inputs(task, size, dev))
         torch.manual_seed(cfg["seed"] + 30_000 + k)
-        values.append(_to_device(_task_inputs(task, size), dev))
+        values.append(_device_inputs(task, size, dev))
     opts = dict(warmup=cfg["warmup"], trials=cfg["timing_trials"], flush_mb=cfg["l2_flush_mb"], tools=tools)
-    started = clock()
+    started = _lap(res, "inputs", started)
 
     def measure() -> tuple[float, float, float]:
         kernel_ms, iqr, outs = time_calls(new, sets, values, **opts)

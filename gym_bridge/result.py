@@ -46,7 +46,7 @@ class EvalResult:
     exit_code: int | None = None
     eval_s: float = 0.0  # the submit call's wall time divided by its batch size (overhead + measurement)
     attempts: int = 1  # > 1 only after an infrastructure retry
-    stage_s: dict = field(default_factory=dict)  # worker seconds: load, check, lock_wait, time, profile, total
+    stage_s: dict = field(default_factory=dict)  # worker s: load, check, lock_wait, inputs, time, profile, total
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -38,4 +38,4 @@ def test_workers_sharing_one_gpu_take_turns_timing():
         results = ev.submit(batch)
     for res in results:
         assert res.status == "ok" and res.timing_available and res.coverage > 0.5, res.to_dict()
-        assert {"load", "check", "lock_wait", "time", "profile", "total"} <= set(res.stage_s), res.stage_s
+        assert {"load", "check", "lock_wait", "inputs", "time", "profile", "total"} <= set(res.stage_s), res.stage_s

@@ -109,12 +109,24 @@ def test_task_gpu_sizes_are_distinct_and_moderate(task):
         with torch.device("meta"):
             inputs = module.get_inputs(size)
             out = module.Model(*module.get_init_inputs(size))(*inputs)
-        assert out.device.type == "meta"
+        # drawn on the device the gym runs them on (harness._device_inputs), not on the host and copied
+        assert out.device.type == "meta" and all(t.device.type == "meta" for t in _tensors(inputs))
         total = sum(t.numel() * t.element_size() for t in _tensors(inputs))
         assert 4 * 2**20 <= total <= 2**30, f"{task.name}/{size}: {total / 2**20:.0f} MiB of inputs"
         shapes[size] = [tuple(t.shape) for t in _tensors(inputs)]
     assert shapes["gpu"] != shapes["gpu_heldout"]
     assert module.get_inputs.__defaults__ == ("gpu",)
+
+
+def test_the_gym_makes_inputs_on_its_device_and_moves_those_made_elsewhere():
+    from proxycomp.gym_bridge.harness import _device_inputs
+
+    task = ModuleType("host_task")
+    task.SIZES = {"gpu": {}}
+    task.get_inputs = lambda size: [torch.randn(3, 5).half(), torch.arange(4, device="cpu"), [torch.ones(2)], 7]
+    drawn, host, nested, number = _device_inputs(task, "gpu", "meta")
+    assert drawn.device.type == host.device.type == nested[0].device.type == "meta" and number == 7
+    assert drawn.dtype == torch.float16 and host.dtype == torch.int64
 
 
 # --- solutions ---------------------------------------------------------------------------------------------
