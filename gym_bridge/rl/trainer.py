@@ -151,6 +151,9 @@ class PolicyUpdater:
             raise ValueError("algorithm.loss.kl_coef > 0 needs the initial policy as reference")
         self.fabric, self.policy, self.optimizer = fabric, policy, optimizer
         self.config, self.temperature, self.reference = config, temperature, reference
+        # The last update's mismatch verdict per trajectory index (rho_bar, rejected): the rollouts log says which
+        # episodes a rejection rate counted, so a sampler that corrupts some rows shows where.
+        self.mismatch_verdicts: dict[int, dict] = {}
 
     def _chunks(self, n: int) -> list[slice]:
         size = self.config.micro_batch
@@ -171,6 +174,7 @@ class PolicyUpdater:
         return float(mask[s].any(dim=1).sum()) / max(float(mask.any(dim=1).sum()), 1.0)
 
     def update(self, batch: RLBatch) -> dict[str, float]:
+        self.mismatch_verdicts = {}
         if len(batch) == 0:
             return {"update/skipped": 1.0}
         width = batch.logp_rollout.shape[1]
@@ -180,6 +184,8 @@ class PolicyUpdater:
         mismatch = correct_mismatch(logp_old, batch.logp_rollout, token_mask, traj_ids=batch.traj_ids,
                                     config=self.config.mismatch)
         stats = {k: float(v) for k, v in mismatch.stats.items()}
+        self.mismatch_verdicts = {i: {"rho_bar": rho, "rejected": not kept} for i, rho, kept in zip(
+            batch.traj_ids.tolist(), mismatch.rho_bar.tolist(), mismatch.keep.tolist())}
         train_mask = mismatch.token_mask
         if not train_mask.any():
             return stats | {"update/skipped": 1.0}
@@ -236,8 +242,9 @@ class MetricsLog:
             else:
                 self.csv.unlink()  # the next write starts it again with its header
 
-    def write_turns(self, step: int, trajectories: Sequence[Trajectory]) -> None:
-        """One JSON line per scored turn: what the gym said of each kernel the policy wrote."""
+    def write_turns(self, step: int, trajectories: Sequence[Trajectory], mismatch: dict[int, dict]) -> None:
+        """One JSON line per scored turn: what the gym said of each kernel the policy wrote, and the update's
+        mismatch verdict on its trajectory (null where PRS kept none of its turns)."""
         with self.rollouts.open("a") as fh:
             for i, traj in enumerate(trajectories):
                 for t, turn in enumerate(traj.turns):
@@ -245,6 +252,7 @@ class MetricsLog:
                         "step": step, "task": traj.task_id, "episode": i, "turn": t, "reward": turn.reward,
                         "correct": turn.correct, "speedup": turn.speedup, "coverage": turn.coverage,
                         "hacks": list(turn.hacks), "feedback": turn.feedback, "stage_s": turn.stage_s,
+                        "mismatch": mismatch.get(i),
                     }) + "\n")
 
     def write(self, metrics: dict[str, Any]) -> None:
@@ -357,7 +365,7 @@ class RLTrainer:
                    **{f"gym_s/{k}": v for k, v in mean_stages(t.stage_s for tr in trajectories for t in tr.turns).items()},
                    "time/update_s": time.monotonic() - rolled}
         self.log.write(metrics)
-        self.log.write_turns(self.step, trajectories)
+        self.log.write_turns(self.step, trajectories, self.updater.mismatch_verdicts)
         return metrics
 
     def fit(self, steps: int, deadline: float | None = None) -> list[dict[str, float]]:

@@ -112,8 +112,11 @@ def test_mismatch_rejects_a_trajectory_whose_rollout_logprobs_disagree(gym_resul
     trajectories = fixed_trajectories(policy, gym_results)
     trajectories[1].turns[0].logprobs = trajectories[1].turns[0].logprobs - 0.01  # rollout engine disagrees
     batch = make_batch(trajectories, config)
-    stats = PolicyUpdater(f, policy, optimizer, config, temperature=1.0).update(batch)
+    updater = PolicyUpdater(f, policy, optimizer, config, temperature=1.0)
+    stats = updater.update(batch)
     assert stats["mismatch/rejection_rate"] == pytest.approx(0.25)
+    assert [i for i, v in updater.mismatch_verdicts.items() if v["rejected"]] == [1]  # which one, for the log
+    assert updater.mismatch_verdicts[0]["rho_bar"] == pytest.approx(1.0, abs=1e-4)
     off = AlgorithmConfig(lr=1e-3, mismatch=MismatchConfig(rejection="none", veto_threshold=None))
     assert PolicyUpdater(f, policy, optimizer, off, temperature=1.0).update(batch)["mismatch/rejection_rate"] == 0
 
@@ -171,6 +174,8 @@ def test_trainer_resume_repeats_the_next_step(cpu_gym, tmp_path, setup):
     assert (tmp_path / "a" / "rollouts.jsonl").read_text() == (tmp_path / "b" / "rollouts.jsonl").read_text()
     turns = [json.loads(line) for line in (tmp_path / "a" / "rollouts.jsonl").read_text().splitlines()]
     assert {t["step"] for t in turns} == {1, 2} and all(t["task"] == "relu" and t["feedback"] for t in turns)
+    assert all(t["mismatch"] is None or t["mismatch"]["rejected"] in (True, False) for t in turns)
+    assert any(t["mismatch"] is not None for t in turns)
 
 
 def test_the_policy_computes_in_its_gpu_turn_and_the_gym_never_scores_inside_one(cpu_gym, tmp_path, setup):
