@@ -24,7 +24,7 @@ def test_unknown_parts_are_refused_in_one_line(bench_kernels, monkeypatch, capsy
     with pytest.raises(SystemExit) as exit_info:
         bench_kernels.main()
     assert exit_info.value.code == 2
-    assert "--parts: choose from attention, embedding" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--parts: choose from attention, embedding, sweep" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def test_valid_parts_reach_the_gpu_check(bench_kernels, monkeypatch):

@@ -5,13 +5,14 @@ flash and cuDNN backends and flash-attn when importable. Document-masked runs (8
 sequence, boundaries fixed by --seed): ours with block skipping, ours computing every causal block, and
 SDPA with a dense boolean mask. Embedding: GB/s for forward+backward beside torch.
 
-    python tools/bench_kernels.py --out bench.json [--record] [--sweep]
+    python tools/bench_kernels.py --out bench.json [--record] [--parts attention,embedding,sweep]
 
 Each configuration is checked against SDPA (or torch) once before it is timed.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import sys
@@ -60,15 +61,21 @@ def flash_attn_impl():
                                            causal=True).transpose(1, 2)
 
 
-def time_fwd_bwd(fn, q, k, v, grad_out) -> tuple[float, float]:
-    with torch.no_grad():
-        fwd = bench_ms(lambda: fn(q, k, v))
+def time_one(forward_only: bool, fn, q, k, v, grad_out) -> float:
+    """Median ms of the forward (no autograd) or of forward+backward."""
+    if forward_only:
+        with torch.no_grad():
+            return bench_ms(lambda: fn(q, k, v))
 
     def step():
         for t in (q, k, v):
             t.grad = None
         fn(q, k, v).backward(grad_out)
-    return fwd, bench_ms(step)
+    return bench_ms(step)
+
+
+def time_fwd_bwd(fn, q, k, v, grad_out) -> tuple[float, float]:
+    return time_one(True, fn, q, k, v, grad_out), time_one(False, fn, q, k, v, grad_out)
 
 
 def make_qkv(batch, heads, seq, dim, gen):
@@ -91,6 +98,10 @@ def check_grads(fn, ref_fn, q, k, v, grad_out, tol=3e-2) -> float:
     return worst
 
 
+def other_dq_name(cfg: AttentionConfig) -> str:
+    return "ours_split_dq" if cfg.atomic_dq else "ours_atomic_dq"
+
+
 def random_doc_ids(batch, seq, gen) -> torch.Tensor:
     cuts = torch.stack([torch.randperm(seq - 1, generator=gen)[: DOCS_PER_SEQUENCE - 1] + 1 for _ in range(batch)])
     marks = torch.zeros(batch, seq, dtype=torch.int64)
@@ -105,8 +116,11 @@ def bench_attention(results: list, gen_cpu, gen_cuda) -> None:
         grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen_cuda)
         flops = attention_flops(batch, heads, seq, dim)
         ours = lambda q, k, v: flash_attention(q, k, v)  # noqa: E731
-        impls = {"ours": ours, "sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION),
-                 "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
+        # The default config beside the same one with the other dq strategy (atomic adds vs a separate pass).
+        cfg = default_config(dim, q.device)
+        other = dataclasses.replace(cfg, atomic_dq=not cfg.atomic_dq)
+        impls = {"ours": ours, other_dq_name(cfg): lambda q, k, v: flash_attention(q, k, v, config=other),
+                 "sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
         if fa is not None:
             impls["flash_attn"] = fa
         for name, fn in impls.items():
@@ -181,44 +195,61 @@ def bench_embedding(results: list, gen_cuda) -> None:
             print(f"emb+norm {name:13s} V={vocab}: fwd+bwd {ms:.3f} ms (incl. the same loss ops)", flush=True)
 
 
+SWEEP_ROUNDS = 3
+# The byte models' attention shapes (tools/bench_train.py: d768 has 12 heads and d1024 16, both of size 64, at
+# T=4096) and the D=128 shape of the attention table.
+SWEEP_SHAPES = [(8, 12, 4096, 64), (4, 16, 4096, 128)]
+# (block_m, block_n, warps, stages) of the forward.
+SWEEP_FWD = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3)]
+# (dkdv key block, dkdv query step, dq query block, dq key block, warps, stages, atomic dq); the dq blocks mean
+# nothing with atomic dq, which has no separate dq pass.
+SWEEP_BWD = {
+    64: [(64, 64, 64, 64, 4, 3, False), (128, 64, 128, 64, 8, 3, False), (64, 64, 64, 64, 4, 3, True),
+         (128, 64, 128, 64, 8, 3, True), (64, 32, 64, 64, 4, 3, True)],
+    128: [(128, 64, 128, 32, 8, 3, False), (128, 64, 128, 64, 8, 3, False), (128, 64, 128, 64, 8, 3, True),
+          (128, 64, 128, 64, 8, 2, True), (64, 64, 64, 64, 4, 3, True)],
+}
+
+
 def sweep_attention(results: list, gen_cuda) -> None:
-    """Time a few hand-written block configs per head dim; the defaults in attention.py come from here."""
-    for batch, heads, seq, dim in [(8, 16, 2048, 64), (4, 16, 4096, 128)]:
+    """Time block configs and both dq strategies at the models' shapes; the defaults in attention.py come from here.
+
+    Every config is timed SWEEP_ROUNDS times, round-robin, and the median kept: the H200's clocks drift between
+    minutes of load, and one pass per config once let that drift pick the winner. Forward configs are timed
+    alone; backward configs as forward+backward with the default forward."""
+    for batch, heads, seq, dim in SWEEP_SHAPES:
         q, k, v = make_qkv(batch, heads, seq, dim, gen_cuda)
         grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen_cuda)
         flops = attention_flops(batch, heads, seq, dim)
         base = default_config(dim, q.device)
-        fwd_variants = [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (64, 64, 4, 4), (128, 64, 8, 2),
-                        (64, 128, 4, 3)]
-        bwd_variants = [(64, 64, 64, 64, 4, 3), (128, 64, 128, 32, 8, 3), (64, 64, 64, 64, 4, 4),
-                        (128, 64, 128, 64, 8, 3), (64, 64, 128, 64, 4, 3), (64, 32, 128, 32, 4, 3),
-                        (128, 32, 64, 64, 8, 3), (64, 64, 128, 32, 4, 3)]
-        for bm, bn, w, s in fwd_variants:
-            cfg = AttentionConfig(bm, bn, w, s, *[getattr(base, f) for f in
-                                                  ("dkdv_block_n", "dkdv_block_m", "dq_block_m", "dq_block_n",
-                                                   "bwd_warps", "bwd_stages")])
-            try:
-                with torch.no_grad():
-                    err = rel_err(flash_attention(q, k, v, config=cfg), sdpa(SDPBackend.FLASH_ATTENTION)(q, k, v))
-                    if not err < 3e-2:
-                        raise ValueError(f"relative error {err:.2e}")
-                    ms = bench_ms(lambda: flash_attention(q, k, v, config=cfg))
-            except Exception as exc:  # a config can exceed shared memory or registers: record and move on
-                print(f"sweep fwd D={dim} {(bm, bn, w, s)}: failed {type(exc).__name__}: {str(exc)[:80]}", flush=True)
-                continue
-            results.append(dict(kind="sweep_fwd", D=dim, config=(bm, bn, w, s), tflops=flops / ms * 1e-9))
-            print(f"sweep fwd D={dim} {(bm, bn, w, s)}: {flops / ms * 1e-9:.0f} TFLOP/s", flush=True)
-        for variant in bwd_variants:
-            cfg = AttentionConfig(base.fwd_block_m, base.fwd_block_n, base.fwd_warps, base.fwd_stages, *variant)
-            fn = lambda q, k, v: flash_attention(q, k, v, config=cfg)  # noqa: E731
+        fields = [f.name for f in dataclasses.fields(AttentionConfig)]
+        candidates = [("sweep_fwd", c, dataclasses.replace(base, **dict(zip(fields[:4], c)))) for c in SWEEP_FWD]
+        candidates += [("sweep_fwd_bwd", c, dataclasses.replace(base, **dict(zip(fields[4:], c))))
+                       for c in SWEEP_BWD[dim]]
+        timings: dict[int, list[float]] = {}
+        for i, (kind, variant, cfg) in enumerate(candidates):
+            fn = lambda q, k, v, cfg=cfg: flash_attention(q, k, v, config=cfg)  # noqa: E731
             try:
                 check_grads(fn, sdpa(SDPBackend.FLASH_ATTENTION), q, k, v, grad_out)
-                _, ms = time_fwd_bwd(fn, q, k, v, grad_out)
-            except Exception as exc:
-                print(f"sweep bwd D={dim} {variant}: failed {type(exc).__name__}: {str(exc)[:80]}", flush=True)
+            except Exception as exc:  # a config can exceed shared memory or registers: report and leave it out
+                print(f"{kind} {(batch, heads, seq, dim)} {variant}: failed {type(exc).__name__}: {str(exc)[:80]}",
+                      flush=True)
                 continue
-            results.append(dict(kind="sweep_fwd_bwd", D=dim, config=variant, tflops=3.5 * flops / ms * 1e-9))
-            print(f"sweep fwd+bwd D={dim} {variant}: {3.5 * flops / ms * 1e-9:.0f} TFLOP/s", flush=True)
+            timings[i] = []
+        for _ in range(SWEEP_ROUNDS):
+            for i in timings:
+                kind, _, cfg = candidates[i]
+                timings[i].append(time_one(kind == "sweep_fwd",
+                                           lambda q, k, v, cfg=cfg: flash_attention(q, k, v, config=cfg),
+                                           q, k, v, grad_out))
+        for i, times in timings.items():
+            kind, variant, _ = candidates[i]
+            ms = sorted(times)[len(times) // 2]
+            tflops = (1.0 if kind == "sweep_fwd" else 3.5) * flops / ms * 1e-9
+            results.append(dict(kind=kind, B=batch, H=heads, S=seq, D=dim, config=variant, ms=ms,
+                                rounds_ms=times, tflops=tflops))
+            print(f"{kind} {(batch, heads, seq, dim)} {variant}: {tflops:.0f} TFLOP/s (median of "
+                  f"{', '.join(f'{t:.3f}' for t in times)} ms)", flush=True)
 
 
 def summary(results: list) -> tuple[list[str], dict]:
@@ -228,7 +259,7 @@ def summary(results: list) -> tuple[list[str], dict]:
     if shapes:
         rows.append(f"{'attention (B,H,S,D)':22s} {'impl':17s} {'fwd TF/s':>9s} {'f+b TF/s':>9s}")
     for batch, heads, seq, dim in shapes:
-        for impl in ("ours", "sdpa_flash", "sdpa_cudnn", "flash_attn"):
+        for impl in ("ours", "ours_atomic_dq", "ours_split_dq", "sdpa_flash", "sdpa_cudnn", "flash_attn"):
             r = by.get(("attention", impl, seq, None))
             if r:
                 rows.append(f"{str((batch, heads, seq, dim)):22s} {impl:17s} {r['fwd_tflops']:9.0f} "
@@ -253,6 +284,11 @@ def summary(results: list) -> tuple[list[str], dict]:
         rows.append(f"{f'emb+rmsnorm V={vocab}':22s} {'ours / torch':17s} {o['fwd_bwd_ms']:7.3f}ms "
                     f"{t['fwd_bwd_ms']:7.3f}ms")
         ratios[f"emb_rmsnorm_V{vocab}_vs_torch"] = t["fwd_bwd_ms"] / o["fwd_bwd_ms"]
+    for r in results:
+        if r["kind"] in ("sweep_fwd", "sweep_fwd_bwd"):
+            what = "fwd" if r["kind"] == "sweep_fwd" else "f+b"
+            rows.append(f"sweep {what} {str((r['B'], r['H'], r['S'], r['D'])):18s} {str(tuple(r['config'])):38s} "
+                        f"{r['tflops']:5.0f} TF/s")
     rows.append("ratios (x faster than): " + ", ".join(f"{k}={v:.2f}" for k, v in ratios.items()))
     return rows, ratios
 
@@ -267,14 +303,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="path of the JSON file with every figure")
     parser.add_argument("--record", action="store_true", help="append a dated block to BENCHMARKS.md")
-    parser.add_argument("--sweep", action="store_true", help="also time alternative attention block configs")
     parser.add_argument("--parts", default="attention,embedding",
-                        help="comma-separated: attention (incl. document masking), embedding (incl. RMSNorm fusion)")
+                        help="comma-separated: attention (incl. document masking), embedding (incl. RMSNorm fusion), "
+                             "sweep (attention block configs and dq strategies at the models' shapes)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     parts = set(args.parts.split(","))
-    if parts - {"attention", "embedding"}:  # split never yields an empty set; "" is refused here
-        parser.error(f"--parts: choose from attention, embedding; got {args.parts!r}")
+    if parts - {"attention", "embedding", "sweep"}:  # split never yields an empty set; "" is refused here
+        parser.error(f"--parts: choose from attention, embedding, sweep; got {args.parts!r}")
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernels: needs a CUDA GPU")
     gen_cpu = torch.Generator().manual_seed(args.seed)
@@ -290,7 +326,7 @@ def main() -> None:
         bench_attention(results, gen_cpu, gen_cuda)
     if "embedding" in parts:
         bench_embedding(results, gen_cuda)
-    if args.sweep and "attention" in parts:
+    if "sweep" in parts:
         sweep_attention(results, gen_cuda)
     rows, ratios = summary(results)
     rows.insert(0, f"GEMM ceiling {gemm:.0f} TFLOP/s")
