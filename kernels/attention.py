@@ -200,16 +200,16 @@ def _attn_bwd_delta_kernel(O, DO, DELTA, sob, soh, sos, sdob, sdoh, sdos, H, S,
 
 
 @triton.jit
-def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, sqs, sdos, offs_n, start_k, end_k,
-                 lo, hi, S, qk_scale2, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
-                 CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr, FP32_DOT: tl.constexpr):
+def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqs, sdos, offs_n, start_k, end_k,
+                 lo, hi, S, qk_scale2, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
+                 CAUSAL: tl.constexpr, FP32_DOT: tl.constexpr):
     offs_d = tl.arange(0, HEAD_DIM)
     for m0 in range(lo, hi, BLOCK_M):
         offs_m = m0 + tl.arange(0, BLOCK_M)
         qt_ptrs = q_base + offs_m[None, :] * sqs + offs_d[:, None]
         do_ptrs = do_base + offs_m[:, None] * sdos + offs_d[None, :]
-        ok_m = offs_m < S
         if MASKED:
+            ok_m = offs_m < S
             qt = tl.load(qt_ptrs, mask=ok_m[None, :], other=0.0)
             do = tl.load(do_ptrs, mask=ok_m[:, None], other=0.0)
             lse = tl.load(lse_base + offs_m, mask=ok_m, other=0.0)
@@ -227,27 +227,23 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, s
         dpt = _dot(v, tl.trans(do), FP32_DOT)
         dst = (pt * (dpt - delta[None, :])).to(qt.dtype)
         dk += _dot(dst, tl.trans(qt), FP32_DOT)
-        if ATOMIC_DQ:
-            # This block's share of dq, added into a float32 buffer: five matmuls per block pair instead of the
-            # seven that a separate dq pass (recomputing p and dp) needs. Relaxed: only the sum matters.
-            dq = _dot(tl.trans(dst), k, FP32_DOT) * sm_scale
-            tl.atomic_add(dq_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], dq, mask=ok_m[:, None],
-                          sem="relaxed")
     return dk, dv
 
 
 @triton.jit
 def _attn_bwd_dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, DOC_START, DOC_END,
+    Q, K, V, DO, LSE, DELTA, DK, DV, DOC_START, DOC_END,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos,
     sdkb, sdkh, sdks, sdvb, sdvh, sdvs,
     H, S, qk_scale2, sm_scale,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-    FP32_DOT: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
 ):
-    """One key block of one kv head: accumulates dk/dv over every query head of its GQA group, so no atomics
-    for them. With ATOMIC_DQ it also adds each block's dq share into DQ_ACC, float32 (B, H, S, D) contiguous."""
+    """One key block of one kv head: accumulates over every query head of its GQA group, so no atomics.
+
+    dq has its own pass (_attn_bwd_dq_kernel), which recomputes p and dp: 7 matmuls per block pair against 5
+    for adding dq here with float32 atomics. Measured on the H200 (BENCHMARKS.md, 2026-12-03), the atomic
+    variant was slower at head size 64 (288 vs 311 TFLOP/s fwd+bwd) and no faster at 128, so it was removed."""
     n0 = tl.program_id(0) * BLOCK_N
     pid_bh = tl.program_id(1)
     hkv_count = H // GROUP
@@ -289,16 +285,12 @@ def _attn_bwd_dkdv_kernel(
         do_base = DO + b * sdob + h * sdoh
         lse_base = LSE + (b * H + h) * S
         delta_base = DELTA + (b * H + h) * S
-        dq_base = DQ_ACC + (b * H + h) * S * HEAD_DIM
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, sqs, sdos, offs_n,
-                              start_k, end_k, lo, full_lo, S, qk_scale2, sm_scale, HEAD_DIM, BLOCK_M, True, CAUSAL,
-                              ATOMIC_DQ, FP32_DOT)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, sqs, sdos, offs_n,
-                              start_k, end_k, full_lo, full_hi, S, qk_scale2, sm_scale, HEAD_DIM, BLOCK_M, False,
-                              CAUSAL, ATOMIC_DQ, FP32_DOT)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, sqs, sdos, offs_n,
-                              start_k, end_k, full_hi, hi, S, qk_scale2, sm_scale, HEAD_DIM, BLOCK_M, True, CAUSAL,
-                              ATOMIC_DQ, FP32_DOT)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqs, sdos, offs_n, start_k,
+                              end_k, lo, full_lo, S, qk_scale2, HEAD_DIM, BLOCK_M, True, CAUSAL, FP32_DOT)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqs, sdos, offs_n, start_k,
+                              end_k, full_lo, full_hi, S, qk_scale2, HEAD_DIM, BLOCK_M, False, CAUSAL, FP32_DOT)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqs, sdos, offs_n, start_k,
+                              end_k, full_hi, hi, S, qk_scale2, HEAD_DIM, BLOCK_M, True, CAUSAL, FP32_DOT)
 
     tl.store(DK + b * sdkb + hkv * sdkh + offs_n[:, None] * sdks + offs_d[None, :],
              (dk * sm_scale).to(DK.dtype.element_ty), mask=col_ok[:, None])
@@ -377,9 +369,7 @@ def _attn_bwd_dq_kernel(
 # ----------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class AttentionConfig:
-    """Block sizes and launch shape. dkdv_*: key block and query step of the dk/dv pass; dq_*: the separate dq
-    pass, which `atomic_dq` replaces by float32 atomic adds from the dk/dv pass (fewer matmuls, but the order of
-    the additions varies, so it is skipped under torch.use_deterministic_algorithms)."""
+    """Block sizes and launch shape. dkdv_*: key block and query step of the dk/dv pass; dq_*: the dq pass."""
 
     fwd_block_m: int
     fwd_block_n: int
@@ -391,18 +381,17 @@ class AttentionConfig:
     dq_block_n: int
     bwd_warps: int
     bwd_stages: int
-    atomic_dq: bool = False
 
 
 def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
-    """Hopper (sm_90) configs picked by `tools/bench_kernels.py --sweep` on an H200 (2026-12-02: +33% fwd+bwd
-    over the first hand pick at both head dims); small blocks under the interpreter, where they exercise more
-    block boundaries per test and cost little (numpy runs each block as one vectorised op)."""
+    """Hopper (sm_90) configs picked by `tools/bench_kernels.py --parts sweep` on an H200 at the byte models'
+    shapes (2026-12-03; BENCHMARKS.md); small blocks under the interpreter, where they exercise more block
+    boundaries per test and cost little (numpy runs each block as one vectorised op)."""
     if device.type == "cpu":
         return AttentionConfig(32, 16, 4, 1, 32, 16, 32, 16, 4, 1)
     if head_dim <= 64:
         return AttentionConfig(64, 64, 4, 3, 64, 64, 64, 64, 4, 3)
-    return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 32, 8, 3)
+    return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3)
 
 
 def document_bounds(doc_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -525,8 +514,6 @@ def flash_attn_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip,
     has_docs = doc_start is not None
     doc_start = doc_start if has_docs else lse
     doc_end = doc_end if has_docs else lse
-    atomic_dq = bool(cfg.atomic_dq) and not torch.are_deterministic_algorithms_enabled()
-    dq_acc = torch.zeros(batch, heads, seq_len, head_dim, device=q.device, dtype=torch.float32) if atomic_dq else lse
     common = dict(GROUP=heads // kv_heads, HEAD_DIM=head_dim, CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip,
                   FP32_DOT=_fp32_dot(q.dtype), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages)
     _attn_bwd_delta_kernel[(triton.cdiv(seq_len, 64), batch * heads)](
@@ -536,13 +523,10 @@ def flash_attn_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip,
     strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
     _attn_bwd_dkdv_kernel[(triton.cdiv(seq_len, cfg.dkdv_block_n), batch * kv_heads)](
-        q, k, v, do, lse, delta, dk, dv, dq_acc, doc_start, doc_end, *strides,
+        q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *strides,
         dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
-        heads, seq_len, scale * LOG2E, scale, BLOCK_M=cfg.dkdv_block_m, BLOCK_N=cfg.dkdv_block_n,
-        ATOMIC_DQ=atomic_dq, **common,
+        heads, seq_len, scale * LOG2E, scale, BLOCK_M=cfg.dkdv_block_m, BLOCK_N=cfg.dkdv_block_n, **common,
     )
-    if atomic_dq:
-        return dq.copy_(dq_acc), dk, dv
     _attn_bwd_dq_kernel[(triton.cdiv(seq_len, cfg.dq_block_m), batch * heads)](
         q, k, v, do, lse, delta, dq, doc_start, doc_end, *strides, dq.stride(0), dq.stride(1), dq.stride(2),
         heads, seq_len, scale * LOG2E, scale, BLOCK_M=cfg.dq_block_m, BLOCK_N=cfg.dq_block_n, **common,
@@ -607,5 +591,5 @@ def flash_attention(
         doc_bounds = document_bounds(doc_ids)
     doc_start, doc_end = doc_bounds if doc_bounds is not None else (None, None)
     o, _ = flash_attn_fwd(q, k, v, doc_start, doc_end, bool(causal), scale, bool(skip_masked_blocks),
-                          [int(x) for x in dataclasses.astuple(cfg)])
+                          list(dataclasses.astuple(cfg)))
     return o

@@ -43,15 +43,12 @@ def attention_builds(head_dim: int):
     cfg = A.default_config(head_dim, torch.device("cuda"))
     flags = dict(HEAD_DIM=head_dim, CAUSAL=True, HAS_DOCS=True, SKIP=True, FP32_DOT=False)
     qkv = {**_pointers("bf16", "Q", "K", "V", "O", "DO", "DQ", "DK", "DV"), **_pointers("fp32", "LSE", "DELTA"),
-           **_pointers("fp32", "DQ_ACC"), **_pointers("i32", "DOC_START", "DOC_END"), "qk_scale2": "fp32",
-           "sm_scale": "fp32"}
+           **_pointers("i32", "DOC_START", "DOC_END"), "qk_scale2": "fp32", "sm_scale": "fp32"}
     yield ("attention fwd", A._attn_fwd_kernel, qkv, dict(BLOCK_M=cfg.fwd_block_m, BLOCK_N=cfg.fwd_block_n, **flags),
            cfg.fwd_warps, cfg.fwd_stages)
     yield ("attention delta", A._attn_bwd_delta_kernel, qkv, dict(HEAD_DIM=head_dim, BLOCK_M=64), 4, 1)
-    for atomic in (False, True):
-        yield (f"attention dkdv{' + atomic dq' if atomic else ''}", A._attn_bwd_dkdv_kernel, qkv,
-               dict(BLOCK_M=cfg.dkdv_block_m, BLOCK_N=cfg.dkdv_block_n, ATOMIC_DQ=atomic, **flags), cfg.bwd_warps,
-               cfg.bwd_stages)
+    yield ("attention dkdv", A._attn_bwd_dkdv_kernel, qkv,
+           dict(BLOCK_M=cfg.dkdv_block_m, BLOCK_N=cfg.dkdv_block_n, **flags), cfg.bwd_warps, cfg.bwd_stages)
     yield ("attention dq", A._attn_bwd_dq_kernel, qkv, dict(BLOCK_M=cfg.dq_block_m, BLOCK_N=cfg.dq_block_n, **flags),
            cfg.bwd_warps, cfg.bwd_stages)
 

@@ -98,10 +98,6 @@ def check_grads(fn, ref_fn, q, k, v, grad_out, tol=3e-2) -> float:
     return worst
 
 
-def other_dq_name(cfg: AttentionConfig) -> str:
-    return "ours_split_dq" if cfg.atomic_dq else "ours_atomic_dq"
-
-
 def random_doc_ids(batch, seq, gen) -> torch.Tensor:
     cuts = torch.stack([torch.randperm(seq - 1, generator=gen)[: DOCS_PER_SEQUENCE - 1] + 1 for _ in range(batch)])
     marks = torch.zeros(batch, seq, dtype=torch.int64)
@@ -116,11 +112,8 @@ def bench_attention(results: list, gen_cpu, gen_cuda) -> None:
         grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen_cuda)
         flops = attention_flops(batch, heads, seq, dim)
         ours = lambda q, k, v: flash_attention(q, k, v)  # noqa: E731
-        # The default config beside the same one with the other dq strategy (atomic adds vs a separate pass).
-        cfg = default_config(dim, q.device)
-        other = dataclasses.replace(cfg, atomic_dq=not cfg.atomic_dq)
-        impls = {"ours": ours, other_dq_name(cfg): lambda q, k, v: flash_attention(q, k, v, config=other),
-                 "sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
+        impls = {"ours": ours, "sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION),
+                 "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
         if fa is not None:
             impls["flash_attn"] = fa
         for name, fn in impls.items():
@@ -201,18 +194,15 @@ SWEEP_ROUNDS = 3
 SWEEP_SHAPES = [(8, 12, 4096, 64), (4, 16, 4096, 128)]
 # (block_m, block_n, warps, stages) of the forward.
 SWEEP_FWD = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3)]
-# (dkdv key block, dkdv query step, dq query block, dq key block, warps, stages, atomic dq); the dq blocks mean
-# nothing with atomic dq, which has no separate dq pass.
+# (dkdv key block, dkdv query step, dq query block, dq key block, warps, stages).
 SWEEP_BWD = {
-    64: [(64, 64, 64, 64, 4, 3, False), (128, 64, 128, 64, 8, 3, False), (64, 64, 64, 64, 4, 3, True),
-         (128, 64, 128, 64, 8, 3, True), (64, 32, 64, 64, 4, 3, True)],
-    128: [(128, 64, 128, 32, 8, 3, False), (128, 64, 128, 64, 8, 3, False), (128, 64, 128, 64, 8, 3, True),
-          (128, 64, 128, 64, 8, 2, True), (64, 64, 64, 64, 4, 3, True)],
+    64: [(64, 64, 64, 64, 4, 3), (128, 64, 128, 64, 8, 3), (64, 64, 64, 32, 4, 3), (64, 32, 64, 64, 4, 3)],
+    128: [(128, 64, 128, 32, 8, 3), (128, 64, 128, 64, 8, 3), (128, 64, 64, 64, 8, 3), (128, 64, 128, 64, 8, 2)],
 }
 
 
 def sweep_attention(results: list, gen_cuda) -> None:
-    """Time block configs and both dq strategies at the models' shapes; the defaults in attention.py come from here.
+    """Time block configs at the models' shapes; the defaults in attention.py come from here.
 
     Every config is timed SWEEP_ROUNDS times, round-robin, and the median kept: the H200's clocks drift between
     minutes of load, and one pass per config once let that drift pick the winner. Forward configs are timed
@@ -259,7 +249,7 @@ def summary(results: list) -> tuple[list[str], dict]:
     if shapes:
         rows.append(f"{'attention (B,H,S,D)':22s} {'impl':17s} {'fwd TF/s':>9s} {'f+b TF/s':>9s}")
     for batch, heads, seq, dim in shapes:
-        for impl in ("ours", "ours_atomic_dq", "ours_split_dq", "sdpa_flash", "sdpa_cudnn", "flash_attn"):
+        for impl in ("ours", "sdpa_flash", "sdpa_cudnn", "flash_attn"):
             r = by.get(("attention", impl, seq, None))
             if r:
                 rows.append(f"{str((batch, heads, seq, dim)):22s} {impl:17s} {r['fwd_tflops']:9.0f} "

@@ -9,7 +9,7 @@ single synchronize at its end):
                         bf16 autocast, batches already on the device
 Fit arms read synthetic packed windows (random raw bytes, document lengths drawn from the corpus) replayed from
 memory by a tiny data module, so data loading is not what they measure. `-compile` wraps the Transformer in
-torch.compile, as ProxyLM(compile=True) does; the Triton kernel stays outside the graph.
+torch.compile, as ProxyLM(compile=True) does; the Triton attention is a custom op inside the graph.
 
 MFU = flops_per_symbol (6N + 12*L*d*T: the full-context convention, which ignores causal and document masking)
 x tokens/s / the FLOP/s of a square matmul in the same dtype measured first in the same run.

@@ -5,13 +5,10 @@ checks at full size (S up to 2048, head_dim 64/128).
 """
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
-from proxycomp.kernels import attention
-from proxycomp.kernels.attention import KernelInputError, default_config, document_bounds, flash_attention
+from proxycomp.kernels.attention import KernelInputError, document_bounds, flash_attention
 from proxycomp.kernels.reference import attention_reference
 
 CUDA = torch.cuda.is_available()
@@ -95,40 +92,6 @@ def test_matches_reference(case, dtype):
     doc_ids = None if doc_ids is None else doc_ids.to(DEVICE)
     q, k, v = _inputs(batch, heads, kv_heads, seq, head_dim, dtype)
     _check_against_reference(q, k, v, doc_ids, True, TOLERANCE[dtype])
-
-
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_atomic_dq_matches_reference(case, monkeypatch):
-    """The backward that adds dq from the dk/dv pass with atomics, on every shape and document layout."""
-    monkeypatch.setattr(attention, "_attn_bwd_dq_kernel", None)  # the separate dq pass must not run
-    batch, heads, kv_heads, seq, head_dim, docs = case
-    doc_ids = _doc_ids(docs, batch, seq)
-    doc_ids = None if doc_ids is None else doc_ids.to(DEVICE)
-    dtype = torch.bfloat16 if CUDA else torch.float16
-    config = dataclasses.replace(default_config(head_dim, torch.device(DEVICE)), atomic_dq=True)
-    for causal in (True, False):
-        q, k, v = _inputs(batch, heads, kv_heads, seq, head_dim, dtype)
-        _check_against_reference(q, k, v, doc_ids, causal, TOLERANCE[dtype], config=config)
-
-
-def test_deterministic_mode_takes_the_separate_dq_pass():
-    q, k, v = _inputs(1, 2, 1, 70, 32, torch.float32)
-    grad_out = torch.randn(q.shape, device=DEVICE)
-    base = default_config(32, torch.device(DEVICE))
-    grads = {}
-    for name, atomic in (("split", False), ("atomic", True)):
-        out = flash_attention(q, k, v, config=dataclasses.replace(base, atomic_dq=atomic))
-        grads[name] = torch.autograd.grad(out, (q, k, v), grad_out)
-    was = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        out = flash_attention(q, k, v, config=dataclasses.replace(base, atomic_dq=True))
-        deterministic = torch.autograd.grad(out, (q, k, v), grad_out)
-    finally:
-        torch.use_deterministic_algorithms(was)
-    for got, want in zip(deterministic, grads["split"]):
-        assert torch.equal(got, want)
-    assert _rel(grads["atomic"][0], grads["split"][0]) < TOLERANCE[torch.float32]
 
 
 @pytest.mark.parametrize("docs", ["none", "random"])
