@@ -119,6 +119,40 @@ def test_loss_is_logged_per_vocabulary_range():
     assert float(logged["train/loss"]) == pytest.approx(float(nats[targets != -100].mean()), rel=1e-5)
 
 
+def test_throughput_is_logged_as_host_tensors(monkeypatch):
+    """A Python number passed to self.log becomes a device tensor by a blocking copy (a GPU sync every step)."""
+    lm = ProxyLM(**TINY)
+    logged: dict[str, object] = {}
+    monkeypatch.setattr(lm, "log", lambda name, value, **kwargs: logged.__setitem__(name, value))
+    lm._log_throughput(64)
+    assert not logged  # the first step has no previous step to time against
+    lm._log_throughput(64)
+    assert set(logged) == {"perf/symbols_per_s", "perf/tflops_per_s", "perf/flops_per_symbol"}
+    for value in logged.values():
+        assert isinstance(value, torch.Tensor) and value.device.type == "cpu" and float(value) > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("attn_backend", ["sdpa", "triton"])
+def test_training_step_never_waits_for_the_gpu(attn_backend, monkeypatch):
+    """No host-device synchronization inside training_step (forward, loss, per-view sums, logging)."""
+    lm = ProxyLM(**{**TINY, "attn_backend": attn_backend})
+    step = lm.training_step
+
+    def strict_step(*args, **kwargs):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return step(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    monkeypatch.setattr(lm, "training_step", strict_step)
+    trainer = quiet_trainer(accelerator="cuda", devices=1, precision="bf16-mixed", max_steps=3,
+                            log_every_n_steps=1000)
+    trainer.fit(lm, SyntheticData())
+    assert trainer.global_step == 3
+
+
 class GradNormAfterStep(L.Callback):
     """Total gradient norm as the last optimizer step saw it (after clipping): Lightning zeroes the gradients at
     the next step, just before its backward, so this hook sees the previous step's gradients."""

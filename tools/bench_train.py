@@ -155,8 +155,10 @@ class WindowTimer:
     def _write_profile(self, seconds: float) -> None:
         events = self._profiler.key_averages()
         kind = "device" if self.cuda else "cpu"
-        # On a GPU, only the kernels themselves: an op's row repeats the time of the kernels it launched.
-        counted = [e for e in events if not self.cuda or e.device_type == torch.autograd.DeviceType.CUDA]
+        # On a GPU, only the kernels themselves: an op's row repeats the time of the kernels it launched, and a
+        # user annotation's GPU range (Optimizer.step#AdamW.step) spans whole stretches of the step.
+        counted = [e for e in events if (not self.cuda or e.device_type == torch.autograd.DeviceType.CUDA)
+                   and not getattr(e, "is_user_annotation", False)]
         busy_us = sum(getattr(e, f"self_{kind}_time_total") for e in counted)
         table = events.table(sort_by=f"self_{kind}_time_total", row_limit=30, max_name_column_width=70)
         what = "GPU kernel" if self.cuda else "CPU op"
