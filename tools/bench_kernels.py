@@ -204,9 +204,10 @@ SWEEP_BWD = {
 def sweep_attention(results: list, gen_cuda) -> None:
     """Time block configs at the models' shapes; the defaults in attention.py come from here.
 
-    Every config is timed SWEEP_ROUNDS times, round-robin, and the median kept: the H200's clocks drift between
-    minutes of load, and one pass per config once let that drift pick the winner. Forward configs are timed
-    alone; backward configs as forward+backward with the default forward."""
+    Every config is timed SWEEP_ROUNDS times, round-robin, and the median kept: timings drift over minutes of a
+    device call (a single-pass sweep once timed one config at 174 and, minutes earlier, 259 TFLOP/s), and one pass
+    per config lets that drift pick the winner. Forward configs are timed alone; backward configs as
+    forward+backward with the default forward."""
     for batch, heads, seq, dim in SWEEP_SHAPES:
         q, k, v = make_qkv(batch, heads, seq, dim, gen_cuda)
         grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen_cuda)
