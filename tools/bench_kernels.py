@@ -214,12 +214,13 @@ def sweep_attention(results: list, gen_cuda) -> None:
         flops = attention_flops(batch, heads, seq, dim)
         base = default_config(dim, q.device)
         fields = [f.name for f in dataclasses.fields(AttentionConfig)]
-        candidates = [("sweep_fwd", c, dataclasses.replace(base, **dict(zip(fields[:4], c)))) for c in SWEEP_FWD]
-        candidates += [("sweep_fwd_bwd", c, dataclasses.replace(base, **dict(zip(fields[4:], c))))
-                       for c in SWEEP_BWD[dim]]
+        configs = [("sweep_fwd", c, dataclasses.replace(base, **dict(zip(fields[:4], c)))) for c in SWEEP_FWD]
+        configs += [("sweep_fwd_bwd", c, dataclasses.replace(base, **dict(zip(fields[4:], c))))
+                    for c in SWEEP_BWD[dim]]
+        candidates = [(kind, variant, lambda q, k, v, cfg=cfg: flash_attention(q, k, v, config=cfg))
+                      for kind, variant, cfg in configs]
         timings: dict[int, list[float]] = {}
-        for i, (kind, variant, cfg) in enumerate(candidates):
-            fn = lambda q, k, v, cfg=cfg: flash_attention(q, k, v, config=cfg)  # noqa: E731
+        for i, (kind, variant, fn) in enumerate(candidates):
             try:
                 check_grads(fn, sdpa(SDPBackend.FLASH_ATTENTION), q, k, v, grad_out)
             except Exception as exc:  # a config can exceed shared memory or registers: report and leave it out
@@ -229,10 +230,8 @@ def sweep_attention(results: list, gen_cuda) -> None:
             timings[i] = []
         for _ in range(SWEEP_ROUNDS):
             for i in timings:
-                kind, _, cfg = candidates[i]
-                timings[i].append(time_one(kind == "sweep_fwd",
-                                           lambda q, k, v, cfg=cfg: flash_attention(q, k, v, config=cfg),
-                                           q, k, v, grad_out))
+                kind, _, fn = candidates[i]
+                timings[i].append(time_one(kind == "sweep_fwd", fn, q, k, v, grad_out))
         for i, times in timings.items():
             kind, variant, _ = candidates[i]
             ms = sorted(times)[len(times) // 2]
@@ -296,7 +295,7 @@ def main() -> None:
     parser.add_argument("--record", action="store_true", help="append a dated block to BENCHMARKS.md")
     parser.add_argument("--parts", default="attention,embedding",
                         help="comma-separated: attention (incl. document masking), embedding (incl. RMSNorm fusion), "
-                             "sweep (attention block configs and dq strategies at the models' shapes)")
+                             "sweep (attention block configs at the models' shapes)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     parts = set(args.parts.split(","))
