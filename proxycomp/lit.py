@@ -58,6 +58,7 @@ class ProxyLM(L.LightningModule):
         attn_backend: str = "sdpa",
         embed_backend: str = "torch",
         compile: bool = False,
+        compile_mode: str = "default",
         lr: float = 1.5e-3,
         betas: tuple[float, float] = (0.9, 0.95),
         eps: float = 1e-15,
@@ -69,7 +70,9 @@ class ProxyLM(L.LightningModule):
         """Model hyper-parameters (see `ModelConfig`), AdamW settings (the paper's code: betas (0.9, 0.95),
         eps 1e-15, weight decay 0.1 on matrices only) and a linear-warmup cosine schedule down to
         min_lr_ratio·lr. `vocabulary` is `Vocabulary.to_dict()`, linked from the data module by the CLI.
-        `compile` wraps the model in torch.compile (GPU runs)."""
+        `compile` wraps the model in torch.compile (GPU runs) with Inductor's `compile_mode`: "reduce-overhead"
+        replays each compiled forward and backward as a CUDA graph, so the host launches a few graphs per step
+        instead of every kernel (Lightning's per-step Python then overlaps the GPU's work)."""
         super().__init__()
         self.save_hyperparameters()
         self.vocabulary = Vocabulary.from_dict(vocabulary or {})
@@ -78,6 +81,10 @@ class ProxyLM(L.LightningModule):
                 f"model.vocab_size ({vocab_size}) is smaller than the vocabulary ({self.vocabulary.size} ids); "
                 "let the CLI link it from data.vocab_size"
             )
+        modes = list(torch._inductor.list_mode_options())
+        if compile_mode not in modes:
+            raise ModelConfigError(f"model.compile_mode={compile_mode!r} is not a torch.compile mode; choose from "
+                                   f"{', '.join(modes)}")
         if warmup_steps < 0 or not 0 <= min_lr_ratio <= 1 or lr <= 0:
             raise ModelConfigError("need model.lr > 0, model.warmup_steps >= 0 and 0 <= model.min_lr_ratio <= 1")
         self.config = ModelConfig(
@@ -87,7 +94,7 @@ class ProxyLM(L.LightningModule):
         )
         self.model = Transformer(self.config)
         if compile:
-            self.model.compile()
+            self.model.compile(mode=compile_mode)
         self.group_names, group_of_id = range_groups(self.vocabulary, vocab_size)
         self.register_buffer("group_of_id", group_of_id, persistent=False)
         self.flops_per_symbol = flops_per_symbol(self.config, max_seq_len)

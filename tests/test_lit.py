@@ -132,25 +132,78 @@ def test_throughput_is_logged_as_host_tensors(monkeypatch):
         assert isinstance(value, torch.Tensor) and value.device.type == "cpu" and float(value) > 0
 
 
+class NoSyncAfterWarmup(L.Callback):
+    """Makes any host-device synchronization an error from the end of batch `warmup - 1` to the end of the last
+    batch: the loop between batches (scheduler, logger connector, fetching, pinning and moving the next batch) and
+    every step (training_step, backward, clipping, the optimizer). Warmup steps may sync (compilation, CUDA graph
+    recording); so may the loggers every n steps, which the tests put out of reach."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup, self.checked = warmup, 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if batch_idx == self.warmup - 1:
+            torch.cuda.set_sync_debug_mode("error")
+        elif batch_idx == trainer.max_steps - 1:
+            torch.cuda.set_sync_debug_mode("default")
+            self.checked = batch_idx - self.warmup + 1
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("attn_backend", ["sdpa", "triton"])
-def test_training_step_never_waits_for_the_gpu(attn_backend, monkeypatch):
-    """No host-device synchronization inside training_step (forward, loss, per-view sums, logging)."""
-    lm = ProxyLM(**{**TINY, "attn_backend": attn_backend})
-    step = lm.training_step
+@pytest.mark.parametrize("attn_backend, compile_mode", [("sdpa", None), ("triton", None), ("triton", "default"),
+                                                        ("triton", "reduce-overhead")])
+def test_optimizer_steps_never_wait_for_the_gpu(attn_backend, compile_mode):
+    """No host-device synchronization from one optimizer step to the next (forward, loss, per-view sums, logging,
+    backward, clipping, fused AdamW, the loop's own work), eager and compiled: the host can queue the next step
+    while the GPU works."""
+    torch._dynamo.reset()
+    lm = ProxyLM(**{**TINY, "attn_backend": attn_backend}, compile=compile_mode is not None,
+                 compile_mode=compile_mode or "default")
+    strict = NoSyncAfterWarmup(warmup=3)
+    trainer = quiet_trainer(accelerator="cuda", devices=1, precision="bf16-mixed", max_steps=6,
+                            log_every_n_steps=1000, gradient_clip_val=1.0, callbacks=[strict])
+    try:
+        trainer.fit(lm, SyntheticData())
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert trainer.global_step == 6 and strict.checked == 3
 
-    def strict_step(*args, **kwargs):
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            return step(*args, **kwargs)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    monkeypatch.setattr(lm, "training_step", strict_step)
-    trainer = quiet_trainer(accelerator="cuda", devices=1, precision="bf16-mixed", max_steps=3,
-                            log_every_n_steps=1000)
-    trainer.fit(lm, SyntheticData())
-    assert trainer.global_step == 3
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graph_mode_trains_like_plain_compile():
+    """compile_mode="reduce-overhead": every compiled graph is replayed as a CUDA graph (none skipped) and the losses
+    follow the default-mode run's."""
+    from torch._dynamo.utils import counters
+
+    losses = {}
+    for mode in ("default", "reduce-overhead"):
+        torch._dynamo.reset()
+        counters.clear()
+        torch.manual_seed(0)
+        lm = ProxyLM(**{**TINY, "attn_backend": "triton"}, compile=True, compile_mode=mode)
+        recorder = LossRecorder()
+        trainer = quiet_trainer(accelerator="cuda", devices=1, precision="bf16-mixed", max_steps=5,
+                                gradient_clip_val=1.0, callbacks=[recorder], limit_val_batches=1)
+        trainer.fit(lm, SyntheticData())
+        trainer.validate(lm, SyntheticData(), verbose=False)  # inference-mode graphs beside the training ones
+        losses[mode] = recorder.losses
+        skips = counters["inductor"]["cudagraph_skips"]
+        assert mode == "default" or skips == 0, f"{skips} graphs ran without CUDA graphs"
+    assert losses["reduce-overhead"] == pytest.approx(losses["default"], rel=2e-2)
+
+
+def test_compile_mode_reaches_torch_compile(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kwargs: seen.update(kwargs))
+    ProxyLM(**TINY, compile=True, compile_mode="reduce-overhead")
+    assert seen == {"mode": "reduce-overhead"}
+
+
+def test_an_unknown_compile_mode_is_rejected_with_the_choices():
+    with pytest.raises(ModelConfigError, match=r"compile_mode='reduce_overhead'.*reduce-overhead"):
+        ProxyLM(**TINY, compile=True, compile_mode="reduce_overhead")
 
 
 class GradNormAfterStep(L.Callback):
