@@ -2,21 +2,27 @@
 
 Arms, at every model size of the preset (warmup steps excluded; one timed window per arm, CUDA events with a
 single synchronize at its end):
-  fit-triton[-compile]  `proxycomp fit`'s path: ProxyLM + Lightning Trainer (bf16-mixed, clipping 1.0, a CSV
-                        logger every 25 steps), our Triton attention with the document mask
+  fit-triton[-compile|-graphs]  `proxycomp fit`'s path: ProxyLM + Lightning Trainer (bf16-mixed, clipping 1.0, a
+                        CSV logger every 25 steps), our Triton attention with the document mask
   fit-sdpa[-compile]    the same with SDPA, which takes the document mask as a dense boolean mask
-  plain[-compile]       a minimal loop over the same Transformer: SDPA is_causal (no document mask), fused AdamW,
+  plain[-compile|-graphs]  a minimal loop over the same Transformer: SDPA is_causal (no document mask), fused AdamW,
                         bf16 autocast, batches already on the device
-Fit arms read synthetic packed windows (random raw bytes, document lengths drawn from the corpus) replayed from
-memory by a tiny data module, so data loading is not what they measure. `-compile` wraps the Transformer in
-torch.compile, as ProxyLM(compile=True) does; the Triton attention is a custom op inside the graph.
+All arms of a model size train on the same few windows, replayed from memory (a tiny data module for the fit
+arms), so data loading is not what they measure. `--windows raw` (default): random raw bytes packed in documents
+as long as the corpus files, the byte-only recipe's workload. `--windows spm`: windows of the real TrainStream of
+the spm proxy recipe past its warmup (each document compressed with probability 0.9, sentinel mixing), whose
+shorter documents leave the document mask more to skip; the vocabulary then holds the 8192 spm pieces. `-compile` wraps the Transformer in
+torch.compile, as ProxyLM(compile=True) does; the Triton attention is a custom op inside the graph. `-graphs` is
+the same in mode "reduce-overhead" (ProxyLM's compile_mode): each compiled forward and backward is replayed as a
+CUDA graph. The tiny preset compiles with aot_eager, which has no modes, so there `-graphs` equals `-compile`.
 
 MFU = flops_per_symbol (6N + 12*L*d*T: the full-context convention, which ignores causal and document masking)
 x tokens/s / the FLOP/s of a square matmul in the same dtype measured first in the same run.
 Data pipeline: symbols/s per CPU core of the real TrainStream for the raw, spm and zstd views
 (tools/bench_data.py's `measure`), and the cores each model's fastest arm would need.
 
-    python tools/bench_train.py --sizes h200 --out train.json [--models d768] [--arms fit-triton,plain] [--record]
+    python tools/bench_train.py --sizes h200 --out train.json [--models d768] [--arms fit-triton,plain] \
+        [--windows spm] [--record]
     python tools/bench_train.py --sizes tiny    # CPU, seconds: every path runs; the figures mean nothing
 """
 from __future__ import annotations
@@ -48,18 +54,22 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 from proxycomp.benchmarks import append_block  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
-from proxycomp.data import load_corpus  # noqa: E402
+from proxycomp.data import MixingSchedule, TrainStream, load_corpus  # noqa: E402
 from proxycomp.data.packing import IGNORE_INDEX, collate, pack_window  # noqa: E402
 from proxycomp.lit import ProxyLM  # noqa: E402
 from proxycomp.model import ModelConfig, Transformer, flops_per_symbol, matmul_params  # noqa: E402
 from proxycomp.views import ViewConfig, train_spm  # noqa: E402
-from proxycomp.vocab import RAW_OFFSET, RAW_SIZE  # noqa: E402
+from proxycomp.vocab import RAW_OFFSET, RAW_SIZE, Vocabulary  # noqa: E402
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
 SECTION = "## Training throughput (issue 7)"
 LOG_EVERY_N_STEPS = 25  # the pretrain recipes' value: the logger's metric syncs land in the timed window as in fit
 DATA_VIEWS = ("raw", "spm", "zstd")
 SYNTHETIC_BATCHES = 4  # distinct batches replayed in turn
+PROXY_R = 0.9  # the paper schedule's r past its warmup: the share of documents in their compressed view
+WINDOWS = ("raw", "spm")
+WINDOW_WORDS = {"raw": "synthetic raw bytes in documents as long as the corpus files",
+                "spm": f"the spm proxy recipe's stream (r = {PROXY_R}, sentinel mixing)"}
 
 
 @dataclass(frozen=True)
@@ -71,9 +81,9 @@ class ModelSize:
     seq_len: int
     batch_size: int
 
-    def config(self, attn_backend: str) -> ModelConfig:
-        return ModelConfig(d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
-                           max_seq_len=self.seq_len, attn_backend=attn_backend)
+    def config(self, attn_backend: str, vocab_size: int) -> ModelConfig:
+        return ModelConfig(vocab_size=vocab_size, d_model=self.d_model, n_layers=self.n_layers,
+                           n_heads=self.n_heads, max_seq_len=self.seq_len, attn_backend=attn_backend)
 
 
 @dataclass(frozen=True)
@@ -102,21 +112,29 @@ class Arm:
     name: str
     loop: str  # "fit" or "plain"
     attn_backend: str
-    compile: bool
+    compile_mode: str | None  # None: eager; else a torch.compile mode
+
+    def compile_options(self, preset: Preset) -> dict:
+        """torch.compile's arguments for this arm under the preset's backend (only Inductor takes a mode)."""
+        mode = {"mode": self.compile_mode} if preset.compile_backend == "inductor" else {}
+        return {"backend": preset.compile_backend, **mode}
 
 
 ARMS = (
-    Arm("fit-triton", "fit", "triton", False), Arm("fit-triton-compile", "fit", "triton", True),
-    Arm("fit-sdpa", "fit", "sdpa", False), Arm("fit-sdpa-compile", "fit", "sdpa", True),
-    Arm("plain", "plain", "sdpa", False), Arm("plain-compile", "plain", "sdpa", True),
+    Arm("fit-triton", "fit", "triton", None), Arm("fit-triton-compile", "fit", "triton", "default"),
+    Arm("fit-triton-graphs", "fit", "triton", "reduce-overhead"),
+    Arm("fit-sdpa", "fit", "sdpa", None), Arm("fit-sdpa-compile", "fit", "sdpa", "default"),
+    Arm("plain", "plain", "sdpa", None), Arm("plain-compile", "plain", "sdpa", "default"),
+    Arm("plain-graphs", "plain", "sdpa", "reduce-overhead"),
 )
 
 
 class WindowTimer:
     """Seconds between start() and stop(): CUDA events on a GPU, so the only synchronize is the one in stop().
 
-    With `profile_to`, torch.profiler also records the window and its top kernels go to that file: a diagnosis of
-    where a step's time goes, not a benchmark (the profiler's own overhead lands in the window's figures).
+    With `profile_to`, torch.profiler also records the window: its top kernels go to that file and its timeline to
+    the same name with `.trace.json`; a diagnosis of where a step's time goes, not a benchmark (the profiler's own
+    overhead lands in the window's figures).
     """
 
     def __init__(self, device: torch.device, profile_to: Path | None = None) -> None:
@@ -164,6 +182,8 @@ class WindowTimer:
         what = "GPU kernel" if self.cuda else "CPU op"
         self.profile_to.write_text(f"window {seconds * 1e3:.1f} ms; {what} time {busy_us / 1e3:.1f} ms "
                                    f"({busy_us / 1e6 / seconds:.0%} of the window)\n{table}\n")
+        # The timeline too (chrome://tracing, Perfetto): where the GPU waits, and what the host does meanwhile.
+        self._profiler.export_chrome_trace(str(self.profile_to.with_suffix(".trace.json")))
 
 
 def matmul_flops(device: torch.device, dtype: torch.dtype, n: int, iters: int = 50) -> float:
@@ -192,6 +212,34 @@ def synthetic_batches(size: ModelSize, doc_lengths: np.ndarray, seed: int) -> li
         windows.append(pack_window(pieces, size.seq_len))
     b = size.batch_size
     return [collate(windows[i * b:(i + 1) * b]) for i in range(SYNTHETIC_BATCHES)]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The windows every arm of one model size trains on, and the vocabulary their ids are written in."""
+    windows: str
+    vocabulary: Vocabulary
+    batches: list[dict[str, torch.Tensor]]
+
+    def causal_work(self) -> float:
+        """Share of full causal attention left inside documents: what the document mask can at best keep."""
+        kept = []
+        for batch in self.batches:
+            for row in batch["doc_ids"].numpy():
+                lengths = np.diff(np.flatnonzero(np.diff(row, prepend=row[0] - 1, append=row[-1] - 1)))
+                kept.append((lengths * (lengths + 1)).sum() / (len(row) * (len(row) + 1)))
+        return float(np.mean(kept))
+
+
+def workload(windows: str, size: ModelSize, docs: list[bytes], doc_lengths: np.ndarray, spm_model: bytes,
+             preset: Preset, seed: int) -> Workload:
+    if windows == "raw":
+        return Workload("raw", Vocabulary(), synthetic_batches(size, doc_lengths, seed))
+    config = ViewConfig(("raw", "spm"), preset.spm_vocab_size)
+    stream = iter(TrainStream(docs, config, spm_model, MixingSchedule("sentinel", r_peak=PROXY_R), size.seq_len,
+                              batch_size=size.batch_size, seed=seed))
+    batches = [{k: v for k, v in next(stream).items() if k != "stream_cursor"} for _ in range(SYNTHETIC_BATCHES)]
+    return Workload("spm", config.vocabulary(), batches)
 
 
 class ReplayedBatches(Dataset):
@@ -234,13 +282,14 @@ class TimedWindow(L.Callback):
             self.seconds = self.timer.stop()
 
 
-def run_fit(arm: Arm, size: ModelSize, batches: list, device: torch.device, preset: Preset, warmup: int,
+def run_fit(arm: Arm, size: ModelSize, work: Workload, device: torch.device, preset: Preset, warmup: int,
             steps: int, profile_to: Path | None = None) -> float:
     """Seconds for `steps` optimizer steps of ProxyLM under the Lightning Trainer."""
-    lm = ProxyLM(d_model=size.d_model, n_layers=size.n_layers, n_heads=size.n_heads, max_seq_len=size.seq_len,
-                 attn_backend=arm.attn_backend, warmup_steps=warmup)
-    if arm.compile:
-        lm.model.compile(backend=preset.compile_backend)  # what ProxyLM(compile=True) does, backend per preset
+    lm = ProxyLM(vocab_size=work.vocabulary.size, d_model=size.d_model, n_layers=size.n_layers,
+                 n_heads=size.n_heads, max_seq_len=size.seq_len, attn_backend=arm.attn_backend, warmup_steps=warmup,
+                 vocabulary=work.vocabulary.to_dict())
+    if arm.compile_mode is not None:
+        lm.model.compile(**arm.compile_options(preset))  # what ProxyLM(compile=True, compile_mode=...) does
     timed = TimedWindow(warmup, WindowTimer(device, profile_to))
     with tempfile.TemporaryDirectory() as logs:
         trainer = L.Trainer(
@@ -249,19 +298,19 @@ def run_fit(arm: Arm, size: ModelSize, batches: list, device: torch.device, pres
             logger=CSVLogger(logs, name="bench_train"), callbacks=[timed], enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
         )
-        trainer.fit(lm, InMemoryData(batches, warmup + steps))
+        trainer.fit(lm, InMemoryData(work.batches, warmup + steps))
     if timed.seconds is None:
         raise RuntimeError(f"the Trainer stopped after {trainer.global_step} of {warmup + steps} steps")
     return timed.seconds
 
 
-def run_plain(arm: Arm, size: ModelSize, batches: list, device: torch.device, preset: Preset, warmup: int,
+def run_plain(arm: Arm, size: ModelSize, work: Workload, device: torch.device, preset: Preset, warmup: int,
               steps: int, profile_to: Path | None = None) -> float:
     """Seconds for `steps` steps of a minimal loop: causal SDPA, bf16 autocast, fused AdamW."""
-    model = Transformer(size.config("sdpa")).to(device)
-    forward = torch.compile(model, backend=preset.compile_backend) if arm.compile else model
+    model = Transformer(size.config("sdpa", work.vocabulary.size)).to(device)
+    forward = torch.compile(model, **arm.compile_options(preset)) if arm.compile_mode is not None else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    on_device = [(b["input_ids"].to(device), b["targets"].to(device)) for b in batches]
+    on_device = [(b["input_ids"].to(device), b["targets"].to(device)) for b in work.batches]
 
     def step(i: int) -> None:
         input_ids, targets = on_device[i % len(on_device)]
@@ -281,12 +330,13 @@ def run_plain(arm: Arm, size: ModelSize, batches: list, device: torch.device, pr
     return timer.stop()
 
 
-def run_arm(arm: Arm, size: ModelSize, batches: list, device: torch.device, preset: Preset, warmup: int,
+def run_arm(arm: Arm, size: ModelSize, work: Workload, device: torch.device, preset: Preset, warmup: int,
             steps: int, matmul: float, profile_dir: Path | None = None) -> dict:
     """One arm's figures (or its error), from a fresh model and optimizer."""
-    config = size.config(arm.attn_backend)
+    config = size.config(arm.attn_backend, work.vocabulary.size)
     shape = asdict(size)
-    result = {"model": shape.pop("name"), "arm": arm.name, **shape, "matmul_params": matmul_params(config),
+    result = {"model": shape.pop("name"), "arm": arm.name, **shape, "windows": work.windows,
+              "vocab_size": work.vocabulary.size, "matmul_params": matmul_params(config),
               "flops_per_symbol": flops_per_symbol(config, size.seq_len)}
     torch._dynamo.reset()  # a fresh model per arm would otherwise count against Dynamo's recompile limit
     if device.type == "cuda":
@@ -294,7 +344,7 @@ def run_arm(arm: Arm, size: ModelSize, batches: list, device: torch.device, pres
     run = run_fit if arm.loop == "fit" else run_plain
     try:
         profile_to = profile_dir / f"{size.name}_{arm.name}.txt" if profile_dir is not None else None
-        seconds = run(arm, size, batches, device, preset, warmup, steps, profile_to)
+        seconds = run(arm, size, work, device, preset, warmup, steps, profile_to)
     except Exception as err:  # one arm failing (OOM, compile) must not cost the other arms of a device run
         print(f"bench_train: {size.name} {arm.name} failed: {type(err).__name__}: {err}", file=sys.stderr)
         return {**result, "error": f"{type(err).__name__}: {err}"}
@@ -311,10 +361,9 @@ def run_arm(arm: Arm, size: ModelSize, batches: list, device: torch.device, pres
     return result
 
 
-def data_rates(docs: list[bytes], preset: Preset, seq_len: int) -> list[dict]:
+def data_rates(docs: list[bytes], spm_model: bytes, preset: Preset, seq_len: int) -> list[dict]:
     """Symbols/s per core of the real training stream, one view at a time."""
     config = ViewConfig(DATA_VIEWS, preset.spm_vocab_size)
-    spm_model = train_spm(docs, preset.spm_vocab_size)
     return [measure(view, docs, config, spm_model, seq_len) for view in DATA_VIEWS]
 
 
@@ -365,12 +414,14 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Preset, list
     p.add_argument("--arms", help=f"comma-separated subset of {', '.join(a.name for a in ARMS)} (default: all)")
     p.add_argument("--warmup", type=int, help="untimed steps per arm (default: the preset's)")
     p.add_argument("--steps", type=int, help="timed steps per arm (default: the preset's)")
+    p.add_argument("--windows", choices=WINDOWS, default="raw",
+                   help="what the arms train on: synthetic byte-only windows, or the spm proxy recipe's stream")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, help="write every figure to this JSON file")
     p.add_argument("--device-note", default="", help="extra words on the machine for BENCHMARKS.md")
     p.add_argument("--profile", type=Path, metavar="DIR",
-                   help="also profile each arm's timed window into DIR/MODEL_ARM.txt (top kernels; a diagnosis: do not "
-                        "--record figures from a profiled run)")
+                   help="also profile each arm's timed window into DIR/MODEL_ARM.txt (top kernels) and "
+                        "DIR/MODEL_ARM.trace.json (timeline); a diagnosis: do not --record figures from a profiled run")
     p.add_argument("--record", action="store_true", help=f"append a dated block to BENCHMARKS.md under {SECTION!r}")
     args = p.parse_args(argv)
     preset = PRESETS[args.sizes]
@@ -412,15 +463,17 @@ def main(argv: list[str] | None = None) -> int:
     corpus = load_corpus(max_documents=preset.data_documents, seed=args.seed)
     docs = [d.data for d in corpus.train]
     doc_lengths = np.array([len(d) + 4 for d in docs])  # the raw view adds <bos><raw> ... </raw><eos>
+    spm_model = train_spm(docs, preset.spm_vocab_size)
 
-    results = []
+    results, work_kept = [], {}
     for size in models:
-        batches = synthetic_batches(size, doc_lengths, args.seed)
+        work = workload(args.windows, size, docs, doc_lengths, spm_model, preset, args.seed)
+        work_kept[size.name] = work.causal_work()
         for arm in arms:
-            results.append(run_arm(arm, size, batches, device, preset, args.warmup, args.steps, matmul, args.profile))
+            results.append(run_arm(arm, size, work, device, preset, args.warmup, args.steps, matmul, args.profile))
             if "error" not in results[-1]:
                 print(f"{size.name} {arm.name}: {results[-1]['tokens_per_s']:,.0f} tokens/s", flush=True)
-    data = data_rates(docs, preset, max(m.seq_len for m in models))
+    data = data_rates(docs, spm_model, preset, max(m.seq_len for m in models))
     best = best_rates(results)
     for row in data:
         row["cores_needed"] = {m: rate / row["symbols_per_s"] for m, rate in best.items()}
@@ -428,15 +481,17 @@ def main(argv: list[str] | None = None) -> int:
     command = "python tools/bench_train.py " + " ".join(argv if argv is not None else sys.argv[1:])
     summary = (f"{device_name}, torch {torch.__version__}; matmul ceiling {matmul / 1e12:.1f} TFLOP/s "
                f"({preset.matmul_size}^3, {str(dtype).removeprefix('torch.')}); {args.warmup} warmup + {args.steps} "
-               f"timed steps per arm; documents as long as {len(docs)} python-sources files (mean "
-               f"{doc_lengths.mean():,.0f} symbols); data pipeline per view on one core of this host "
-               f"(spm vocab {preset.spm_vocab_size}, zstd level 3)")
+               f"timed steps per arm; windows: {WINDOW_WORDS[args.windows]}; corpus: {len(docs)} python-sources "
+               f"files (raw mean {doc_lengths.mean():,.0f} symbols); "
+               f"{', '.join(f'{kept:.0%} ({name})' for name, kept in work_kept.items())} of causal attention inside "
+               f"documents; data pipeline per view on one core of this host (spm vocab {preset.spm_vocab_size}, "
+               f"zstd level 3)")
     tables = f"{data_table(data, best)}\n\n{throughput_table(results)}"
     if args.out is not None:
         args.out.write_text(json.dumps({
             "device": device_name, "torch": torch.__version__, "command": command.strip(), "preset": args.sizes,
             "dtype": str(dtype), "matmul_size": preset.matmul_size, "matmul_flops": matmul, "warmup": args.warmup,
-            "steps": args.steps, "arms": results, "data": data,
+            "steps": args.steps, "windows": args.windows, "causal_work": work_kept, "arms": results, "data": data,
         }, indent=1))
     if args.record:
         stamp = datetime.date.today().isoformat()
