@@ -121,7 +121,9 @@ class ProxyLM(L.LightningModule):
         n_valid = counts.sum().clamp(min=1)
         # DDP averages gradients over ranks, hence the world size: the result is the global batch's mean.
         loss = nats.sum() * (self._world_size() / n_valid).to(nats.dtype)
-        self.log("train/loss", sums.sum() / n_valid, prog_bar=True)
+        # Not prog_bar: Lightning turns progress-bar metrics into Python numbers after every batch (a GPU sync each
+        # step, found by the gpu test); SparseMetricsProgressBar shows it from the callback metrics every n steps.
+        self.log("train/loss", sums.sum() / n_valid)
         # A view with no target in this batch logs NaN (no loss to report), decided on the device.
         per_group = torch.where(counts > 0, sums / counts.clamp(min=1), torch.full_like(sums, math.nan))
         for name, value in zip(self.group_names, per_group):

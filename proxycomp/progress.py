@@ -1,11 +1,14 @@
-"""The `proxycomp fit` progress bar: Lightning's RichProgressBar with training metrics read every n steps.
+"""The `proxycomp fit` progress bar: Lightning's RichProgressBar showing training metrics read every n steps.
 
-Reading a metric that lives on the GPU (the loss) synchronizes the host with the device. Lightning's bars read
-them after every batch, which stops the CPU from queueing the next step while the GPU works; this bar reads
-them as often as the loggers do and shows the last values in between. The step counter still moves every batch.
+Reading a metric that lives on the GPU (the loss) synchronizes the host with the device, which stops the CPU from
+queueing the next step while the GPU works. Lightning converts every metric logged with `prog_bar=True` to a Python
+number after every batch, bar or no bar (its logger connector's `on_batch_end`), so training metrics are logged
+without `prog_bar`; this bar reads the ones named in `step_metrics` from the callback metrics as often as the
+loggers write (every n steps) and shows the last values in between. The step counter still moves every batch.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
@@ -13,15 +16,18 @@ from lightning.pytorch.callbacks import RichProgressBar
 
 
 class SparseMetricsProgressBar(RichProgressBar):
-    def __init__(self, metrics_every_n_steps: int = 25, **kwargs: Any) -> None:
+    def __init__(self, metrics_every_n_steps: int = 25, step_metrics: Sequence[str] = ("train/loss",),
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if metrics_every_n_steps < 1:
             raise ValueError(f"metrics_every_n_steps must be >= 1, got {metrics_every_n_steps}")
         self.metrics_every_n_steps = metrics_every_n_steps
+        self.step_metrics = tuple(step_metrics)
         self._shown: dict[str, Any] | None = None
 
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         if trainer.training and self._shown is not None and trainer.global_step % self.metrics_every_n_steps:
-            return self._shown
-        self._shown = super().get_metrics(trainer, pl_module)
-        return self._shown
+            return {**super().get_metrics(trainer, pl_module), **self._shown}
+        logged = trainer.callback_metrics
+        self._shown = {name: float(logged[name]) for name in self.step_metrics if name in logged}
+        return {**super().get_metrics(trainer, pl_module), **self._shown}

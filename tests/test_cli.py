@@ -140,6 +140,7 @@ def recipe(tmp_path, monkeypatch) -> Path:
         (["--data.views", "[raw, gzip]"], ["unknown view 'gzip'"]),
         (["--model.attn_backend", "flex"], ["unknown model.attn_backend 'flex'", "sdpa, triton, flash_attn"]),
         (["--model.n_heads", "3"], ["model.d_model (32) must be divisible by model.n_heads (3)"]),
+        (["--model.compile_mode", "reduce_overhead"], ["model.compile_mode='reduce_overhead'", "reduce-overhead"]),
         (["--data.seq_len", "1"], ["seq_len >= 2"]),
     ],
 )
