@@ -10,11 +10,13 @@ single synchronize at its end):
 All arms of a model size train on the same few windows, replayed from memory (a tiny data module for the fit
 arms), so data loading is not what they measure. `--windows raw` (default): random raw bytes packed in documents
 as long as the corpus files, the byte-only recipe's workload. `--windows spm`: windows of the real TrainStream of
-the spm proxy recipe past its warmup (each document compressed with probability 0.9, sentinel mixing), whose
-shorter documents leave the document mask more to skip; the vocabulary then holds the 8192 spm pieces. `-compile` wraps the Transformer in
-torch.compile, as ProxyLM(compile=True) does; the Triton attention is a custom op inside the graph. `-graphs` is
-the same in mode "reduce-overhead" (ProxyLM's compile_mode): each compiled forward and backward is replayed as a
-CUDA graph. The tiny preset compiles with aot_eager, which has no modes, so there `-graphs` equals `-compile`.
+the spm proxy recipe past its warmup (each document compressed with probability 0.9, sentinel mixing; compressed
+documents are ~3.6x shorter in symbols), with the vocabulary of its 8192 pieces. The summary states the share of
+causal attention the windows' documents keep, which bounds what the document mask can skip.
+`-compile` wraps the Transformer in torch.compile, as ProxyLM(compile=True) does; the Triton attention is a custom
+op inside the graph. `-graphs` is the same in mode "reduce-overhead" (ProxyLM's compile_mode): each compiled
+forward and backward is replayed as a CUDA graph. The tiny preset compiles with aot_eager, which has no modes, so
+there `-graphs` equals `-compile`.
 
 MFU = flops_per_symbol (6N + 12*L*d*T: the full-context convention, which ignores causal and document masking)
 x tokens/s / the FLOP/s of a square matmul in the same dtype measured first in the same run.
