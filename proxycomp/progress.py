@@ -26,8 +26,7 @@ class SparseMetricsProgressBar(RichProgressBar):
         self._shown: dict[str, Any] | None = None
 
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
-        if trainer.training and self._shown is not None and trainer.global_step % self.metrics_every_n_steps:
-            return {**super().get_metrics(trainer, pl_module), **self._shown}
-        logged = trainer.callback_metrics
-        self._shown = {name: float(logged[name]) for name in self.step_metrics if name in logged}
+        if not (trainer.training and self._shown is not None and trainer.global_step % self.metrics_every_n_steps):
+            logged = trainer.callback_metrics
+            self._shown = {name: float(logged[name]) for name in self.step_metrics if name in logged}
         return {**super().get_metrics(trainer, pl_module), **self._shown}

@@ -30,6 +30,7 @@ from proxycomp.kernels.embedding import embedding, embedding_rmsnorm
 ATTENTION_SHAPES = [(8, 16, 2048, 64), (4, 16, 4096, 128), (2, 16, 8192, 128)]
 EMBEDDING_CASES = [(65536, 1024, 260), (65536, 1024, 8512)]
 DOCS_PER_SEQUENCE = 8
+PARTS = ("attention", "embedding", "sweep")  # --parts
 BENCHMARKS_MD = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
 
 
@@ -299,8 +300,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     parts = set(args.parts.split(","))
-    if parts - {"attention", "embedding", "sweep"}:  # split never yields an empty set; "" is refused here
-        parser.error(f"--parts: choose from attention, embedding, sweep; got {args.parts!r}")
+    if parts - set(PARTS):  # split never yields an empty set; "" is refused here
+        parser.error(f"--parts: choose from {', '.join(PARTS)}; got {args.parts!r}")
     if not torch.cuda.is_available():
         raise SystemExit("bench_kernels: needs a CUDA GPU")
     gen_cpu = torch.Generator().manual_seed(args.seed)

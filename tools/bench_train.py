@@ -69,7 +69,6 @@ LOG_EVERY_N_STEPS = 25  # the pretrain recipes' value: the logger's metric syncs
 DATA_VIEWS = ("raw", "spm", "zstd")
 SYNTHETIC_BATCHES = 4  # distinct batches replayed in turn
 PROXY_R = 0.9  # the paper schedule's r past its warmup: the share of documents in their compressed view
-WINDOWS = ("raw", "spm")
 WINDOW_WORDS = {"raw": "synthetic raw bytes in documents as long as the corpus files",
                 "spm": f"the spm proxy recipe's stream (r = {PROXY_R}, sentinel mixing)"}
 
@@ -416,7 +415,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Preset, list
     p.add_argument("--arms", help=f"comma-separated subset of {', '.join(a.name for a in ARMS)} (default: all)")
     p.add_argument("--warmup", type=int, help="untimed steps per arm (default: the preset's)")
     p.add_argument("--steps", type=int, help="timed steps per arm (default: the preset's)")
-    p.add_argument("--windows", choices=WINDOWS, default="raw",
+    p.add_argument("--windows", choices=sorted(WINDOW_WORDS), default="raw",
                    help="what the arms train on: synthetic byte-only windows, or the spm proxy recipe's stream")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, help="write every figure to this JSON file")
