@@ -13,6 +13,7 @@ from proxycomp.model import (
     cu_seqlens,
     document_mask,
     flops_per_symbol,
+    rope_angles,
 )
 from proxycomp.vocab import EOS, RAW_OFFSET, raw_prompt, raw_reply_ids
 
@@ -266,9 +267,28 @@ def test_raw_reply_restriction_never_draws_compressed_ids():
     assert any(i >= 320 for row in free.ids for i in row)  # the restriction is what kept them out
 
 
-def test_rope_angles_stay_outside_the_compiled_graph():
+def test_rope_angles_are_one_opaque_op_in_the_compiled_graph():
     # Inductor would otherwise fuse cos/sin into every layer's rotation and recompute them per element.
+    graphs = []
+
+    def recording_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
     model = tiny_model()
-    explanation = torch._dynamo.explain(model)(torch.randint(0, 330, (2, 12)))
-    assert explanation.graph_break_count == 1
-    assert "rope_angles" in str(explanation.break_reasons[0].reason)
+    ids = torch.randint(0, 330, (2, 12))
+    torch.testing.assert_close(torch.compile(model, backend=recording_backend, fullgraph=True)(ids), model(ids))
+    ops = [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
+    assert ops.count("proxycomp.rope_angles.default") == 1
+    assert not [op for op in ops if "cos" in op or "sin" in op], ops
+
+
+def test_rope_angles_match_their_formula():
+    positions = torch.tensor([[0, 1, 2, 7], [5, 0, 1, 4000]])
+    cos, sin = rope_angles(positions, 8, 1e5)
+    inv_freq = 1e5 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+    angles = positions.double()[..., None] * inv_freq
+    assert cos.shape == sin.shape == (2, 4, 1, 4)
+    torch.testing.assert_close(cos[:, :, 0].double(), angles.cos(), atol=5e-4, rtol=0)  # fp32 angles at position 4000
+    torch.testing.assert_close(sin[:, :, 0].double(), angles.sin(), atol=5e-4, rtol=0)

@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import proxycomp.model as model_module
 from proxycomp.kernels.attention import (
     KernelInputError,
     default_config,
@@ -151,18 +150,15 @@ def _assert_compiled_matches_eager(model, compiled, batch, tol):
 
 
 def test_compiled_model_is_one_graph():
-    """Every layer's attention inside one graph. The model's one deliberate break (RoPE angles made eagerly, see
-    model.rope_angles) comes before any other op when positions are given, so it leaves no second graph."""
+    """Every layer's attention and the RoPE angles (an opaque op, see model.rope_angles) inside one graph."""
     torch._dynamo.reset()
     model, batch = _model_and_batch()
     explanation = torch._dynamo.explain(model)(*batch)
-    assert all("rope_angles" in str(r.reason) for r in explanation.break_reasons)
+    assert explanation.graph_break_count == 0, [str(r.reason) for r in explanation.break_reasons]
     assert explanation.graph_count == 1
 
 
-def test_compiled_model_in_fullgraph_mode_matches_eager(monkeypatch):
-    # Lift the RoPE break (the undecorated function, same maths) so that fullgraph fails on any other break.
-    monkeypatch.setattr(model_module, "rope_angles", model_module.rope_angles.__wrapped__)
+def test_compiled_model_in_fullgraph_mode_matches_eager():
     torch._dynamo.reset()
     model, batch = _model_and_batch()
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
@@ -171,7 +167,7 @@ def test_compiled_model_in_fullgraph_mode_matches_eager(monkeypatch):
 
 @pytest.mark.slow
 def test_inductor_compiled_model_matches_eager():
-    """Inductor (a C++ compiler on the CPU) around the opaque attention ops, with the model's RoPE break."""
+    """Inductor (a C++ compiler on the CPU) around the opaque attention and RoPE-angle ops."""
     torch._dynamo.reset()
     model, batch = _model_and_batch()
     _assert_compiled_matches_eager(model, torch.compile(model), batch, tol=1e-5)
