@@ -206,9 +206,36 @@ def test_cuda_graph_mode_trains_like_plain_compile():
 
 def test_compile_mode_reaches_torch_compile(monkeypatch):
     seen = {}
-    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: seen.update(kwargs) or fn)
     ProxyLM(**TINY, compile=True, compile_mode="reduce-overhead")
     assert seen == {"mode": "reduce-overhead"}
+
+
+def test_compiled_step_puts_the_model_and_its_loss_in_one_graph():
+    """compile_step: the graph that ends in the output head also computes the cross-entropy, and gives the eager
+    nats and gradients."""
+    graphs = []
+
+    def recording_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    lm = ProxyLM(**TINY)
+    batch = next(iter(DataLoader(PackedWindows(2, seed=3), batch_size=2)))
+    eager = lm.batch_nats(batch)
+    eager.sum().backward()
+    eager_grads = [p.grad.clone() for p in lm.parameters()]
+    lm.zero_grad()
+    lm.compile_step(backend=recording_backend)
+    compiled = lm.batch_nats(batch)
+    compiled.sum().backward()
+    torch.testing.assert_close(compiled, eager)
+    for p, grad in zip(lm.parameters(), eager_grads):
+        torch.testing.assert_close(p.grad, grad)
+    calls = [{str(node.target) for node in gm.graph.nodes if node.op == "call_function"} for gm in graphs]
+    assert any(any("cross_entropy" in op for op in ops) and any("linear" in op for op in ops) for ops in calls), calls
 
 
 def test_an_unknown_compile_mode_is_rejected_with_the_choices():
