@@ -2,7 +2,7 @@
 
 Arms, at every model size of the preset (warmup steps excluded; one timed window per arm, CUDA events with a
 single synchronize at its end):
-  fit-triton[-compile|-graphs|-autotune]  `proxycomp fit`'s path: ProxyLM + Lightning Trainer (bf16-mixed, clipping 1.0, a
+  fit-triton[-compile|-graphs]  `proxycomp fit`'s path: ProxyLM + Lightning Trainer (bf16-mixed, clipping 1.0, a
                         CSV logger every 25 steps), our Triton attention with the document mask
   fit-sdpa[-compile]    the same with SDPA, which takes the document mask as a dense boolean mask
   plain[-compile|-graphs]  a minimal loop over the same Transformer: SDPA is_causal (no document mask), fused AdamW,
@@ -15,10 +15,8 @@ documents are ~3.6x shorter in symbols), with the vocabulary of its 8192 pieces.
 causal attention the windows' documents keep, which bounds what the document mask can skip.
 `-compile` wraps the Transformer in torch.compile (the fit arms: with its loss, as ProxyLM(compile=True) does); the
 Triton attention is a custom op inside the graph. `-graphs` is the same in mode "reduce-overhead" (ProxyLM's
-compile_mode): each compiled forward and backward is replayed as a CUDA graph. `-autotune` is mode
-"max-autotune-no-cudagraphs": Inductor times Triton matmul templates against cuBLAS for every matmul and may fuse
-epilogues into them (minutes of compiling). The tiny preset compiles with aot_eager, which has no modes, so there
-`-graphs` and `-autotune` equal `-compile`.
+compile_mode): each compiled forward and backward is replayed as a CUDA graph. The tiny preset compiles with
+aot_eager, which has no modes, so there `-graphs` equals `-compile`.
 
 MFU = flops_per_symbol (6N + 12*L*d*T: the full-context convention, which ignores causal and document masking)
 x tokens/s / the FLOP/s of a square matmul in the same dtype measured first in the same run.
@@ -126,7 +124,6 @@ class Arm:
 ARMS = (
     Arm("fit-triton", "fit", "triton", None), Arm("fit-triton-compile", "fit", "triton", "default"),
     Arm("fit-triton-graphs", "fit", "triton", "reduce-overhead"),
-    Arm("fit-triton-autotune", "fit", "triton", "max-autotune-no-cudagraphs"),
     Arm("fit-sdpa", "fit", "sdpa", None), Arm("fit-sdpa-compile", "fit", "sdpa", "default"),
     Arm("plain", "plain", "sdpa", None), Arm("plain-compile", "plain", "sdpa", "default"),
     Arm("plain-graphs", "plain", "sdpa", "reduce-overhead"),
