@@ -113,7 +113,8 @@ class ProxyLM(L.LightningModule):
     def compile_step(self, **options) -> None:
         """torch.compile `batch_nats` (torch.compile's `options`): the model and its cross-entropy become one graph,
         so Inductor fuses the loss and its backward into the model's rather than leaving them to eager kernels the
-        host launches one by one. The per-view sums stay eager: they are detached statistics."""
+        host launches one by one (on the H200 as fast as compiling the model alone: BENCHMARKS). The per-view sums
+        stay eager: they are detached statistics."""
         self.batch_nats = torch.compile(self.batch_nats, **options)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
