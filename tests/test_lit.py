@@ -211,30 +211,22 @@ def test_compile_mode_reaches_torch_compile(monkeypatch):
     assert seen == {"mode": "reduce-overhead"}
 
 
-def test_compiled_step_puts_the_model_and_its_loss_in_one_graph():
+def test_compiled_step_puts_the_model_and_its_loss_in_one_graph(graph_recorder):
     """compile_step: the graph that ends in the output head also computes the cross-entropy, and gives the eager
     nats and gradients."""
-    graphs = []
-
-    def recording_backend(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    torch.manual_seed(0)
     lm = ProxyLM(**TINY)
     batch = next(iter(DataLoader(PackedWindows(2, seed=3), batch_size=2)))
     eager = lm.batch_nats(batch)
     eager.sum().backward()
     eager_grads = [p.grad.clone() for p in lm.parameters()]
     lm.zero_grad()
-    lm.compile_step(backend=recording_backend)
+    lm.compile_step(backend=graph_recorder)
     compiled = lm.batch_nats(batch)
     compiled.sum().backward()
     torch.testing.assert_close(compiled, eager)
     for p, grad in zip(lm.parameters(), eager_grads):
         torch.testing.assert_close(p.grad, grad)
-    calls = [{str(node.target) for node in gm.graph.nodes if node.op == "call_function"} for gm in graphs]
+    calls = graph_recorder.call_targets()
     assert any(any("cross_entropy" in op for op in ops) and any("linear" in op for op in ops) for ops in calls), calls
 
 

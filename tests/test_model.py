@@ -267,19 +267,12 @@ def test_raw_reply_restriction_never_draws_compressed_ids():
     assert any(i >= 320 for row in free.ids for i in row)  # the restriction is what kept them out
 
 
-def test_rope_angles_are_one_opaque_op_in_the_compiled_graph():
+def test_rope_angles_are_one_opaque_op_in_the_compiled_graph(graph_recorder):
     # Inductor would otherwise fuse cos/sin into every layer's rotation and recompute them per element.
-    graphs = []
-
-    def recording_backend(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
     model = tiny_model()
     ids = torch.randint(0, 330, (2, 12))
-    torch.testing.assert_close(torch.compile(model, backend=recording_backend, fullgraph=True)(ids), model(ids))
-    ops = [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
+    torch.testing.assert_close(torch.compile(model, backend=graph_recorder, fullgraph=True)(ids), model(ids))
+    (ops,) = graph_recorder.call_targets()
     assert ops.count("proxycomp.rope_angles.default") == 1
     assert not [op for op in ops if "cos" in op or "sin" in op], ops
 
