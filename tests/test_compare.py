@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxycomp.compare import ARMS, Budget, CompareError, CompareSpec, Comparison, build_spec, parse_arms, plan_arm
+from proxycomp.compare.cli import main as _tool  # tools/compare_baselines.py
 from proxycomp.compare.evaluation import view_bpb
 from proxycomp.compare.replay import raw_views_seen
 from proxycomp.compare.spec import PRESET_DIR, load_preset, parse_assignment
@@ -25,7 +26,6 @@ from proxycomp.model import ModelConfig, Transformer
 from proxycomp.views import RawView, ViewConfig, serialize_views, train_spm
 from proxycomp.vocab import BOS, RAW_OFFSET, RAW_SIZE, SENTINELS
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "compare_baselines.py"
 STDLIB_PACKAGES = ("json", "email", "http", "urllib", "logging", "concurrent", "importlib", "xml", "wsgiref", "html")
 
 
@@ -224,15 +224,6 @@ def test_presets_parse_and_bad_fields_are_named(tmp_path):
         parse_assignment("seq_len=long")
     with pytest.raises(CompareError, match="model_size"):
         CompareSpec(model_size="huge")
-
-
-def _tool(argv: list[str]) -> int:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("compare_baselines", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main(argv)
 
 
 def test_tool_reports_bad_input_in_one_line(tmp_path, capsys):
