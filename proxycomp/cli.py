@@ -22,7 +22,7 @@ class ConfigError(ValueError):
     """A class in the config refused its arguments (raised while the CLI instantiates them)."""
 
 
-def _user_errors() -> tuple[type[Exception], ...]:
+def user_errors() -> tuple[type[Exception], ...]:
     """Exceptions that mean bad input (config, paths, files), reported as one line."""
     from jsonargparse import ArgumentError
 
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command not in (*LIGHTNING_COMMANDS, "generate", "eval-bpb"):
         print(f"proxycomp: unknown command {command!r}; use fit, validate, generate, eval-bpb, gym or rl", file=sys.stderr)
         return 2
-    user_errors = _user_errors()
+    bad_input = user_errors()
     try:
         if command == "generate":
             from proxycomp.generate import main as generate_main
@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return evaluate_main(rest)
         build_cli(None if from_sys_argv else argv)
         return 0
-    except user_errors as err:
+    except bad_input as err:
         message = " ".join(str(err).split())  # one line, whatever the library put in it
         print(f"proxycomp {command}: error: {message}", file=sys.stderr)
         return 2

@@ -85,9 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"compare_baselines: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     except Exception as err:  # errors of the data, view and model layers that mean bad input
-        from proxycomp.cli import _user_errors
+        from proxycomp.cli import user_errors
 
-        if not isinstance(err, _user_errors()):
+        if not isinstance(err, user_errors()):
             raise
         print(f"compare_baselines: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
