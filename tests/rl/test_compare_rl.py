@@ -1,5 +1,4 @@
-"""tools/compare_rl.py: one warm start shared by one RL run per estimator, then a before/after summary."""
-import importlib.util
+"""proxycomp.gym_bridge.rl.compare: one warm start shared by one RL run per estimator, then a before/after summary."""
 import json
 from pathlib import Path
 
@@ -11,10 +10,9 @@ RECIPE = ROOT / "recipes" / "rl" / "trloo_kernel_cpu.yaml"
 
 @pytest.fixture(scope="module")
 def compare_rl():
-    spec = importlib.util.spec_from_file_location("compare_rl", ROOT / "tools" / "compare_rl.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from proxycomp.gym_bridge.rl import compare
+
+    return compare
 
 
 @pytest.mark.slow

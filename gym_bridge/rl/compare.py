@@ -1,0 +1,195 @@
+"""Advantage estimators side by side: one warm start, then one `proxycomp rl` run per estimator at equal budget.
+
+    python tools/compare_rl.py --config recipes/rl/h200_compare.yaml --ckpt RUN/checkpoints/last.ckpt \
+        --out runs/rl_compare [--estimators trloo,grpo] [--parallel] [-- --steps 4 ...any rl override...]
+    python tools/compare_rl.py --out runs/rl_compare --summarize-only   # re-read the runs, e.g. after a kill
+    python tools/compare_rl.py --config ... --ckpt ... --out runs/rl_compare --resume [--max-time-s 540]
+
+1. `proxycomp rl --warmstart-only` writes OUT/warmstart/model.ckpt once (corpus labelled by the gym, SFT);
+2. each estimator's run starts from a copy of it (OUT/<estimator>/, its log in OUT/<estimator>.log), with the
+   same config, seed and sampling, so the runs differ only in the estimator (and, with --parallel, in the
+   timing noise of sharing one GPU: the two before-RL evaluations score the same samples and show it);
+3. OUT/summary.md and summary.json hold the before/after held-out table of every run and the per-step
+   training means; OUT/rl_curves.png plots them.
+A run that fails leaves its log and makes the exit status non-zero; the others still finish and are summarised.
+With --resume, a run with a checkpoint continues from it (`proxycomp rl --resume`), a finished run (evaluated after
+the steps now asked for) is left alone, and a run killed before its first checkpoint starts again; so a comparison
+longer than one device call is a chain of calls on a machine that keeps OUT. --max-time-s ends the call in time
+instead of being killed mid-step: a run stops, checkpointed, before a step that would leave no room for its after-RL
+evaluation, and is evaluated after the steps it took (--resume trains it on). In sequence, the first run gets an
+equal share of the time left and its steps set the others' (they are not cut by the clock), so the runs keep an
+equal budget; in parallel each run is cut by the clock alone and the summary says after how many steps each was
+evaluated.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STEP_COLUMNS = ("reward/mean", "correct/final", "fast@1.2")
+EVAL_COLUMNS = ("reward/turn0", "reward/final", "correct/final", "fast@1", "fast@1.2")
+
+
+def rl_command(config: Path, ckpt: Path, out: Path, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "proxycomp.gym_bridge.rl.cli", "--config", str(config), "--ckpt", str(ckpt),
+            "--out", str(out), *extra]
+
+
+def run_logged(command: list[str], log: Path, append: bool = False) -> subprocess.Popen:
+    handle = log.open("a" if append else "w")
+    return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+
+
+def read_run(run: Path) -> dict:
+    """What one finished (or partly finished) run left: eval rows before/after and per-step metrics."""
+    def rows(name: str) -> list[dict]:
+        path = run / name
+        return json.loads(path.read_text()) if path.is_file() else []
+
+    steps = []
+    if (run / "metrics.jsonl").is_file():
+        steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {"before": rows("eval_before.json"), "after": rows("eval_after.json"), "steps": steps}
+
+
+def steps_done(run: Path) -> int:
+    steps = read_run(run)["steps"]
+    return steps[-1]["step"] if steps else 0
+
+
+def finished(run: Path, steps: int) -> bool:
+    """Evaluated after `steps` RL steps (a run stopped by its time budget is evaluated too, but earlier)."""
+    return (run / "eval_after.json").is_file() and steps_done(run) >= steps
+
+
+def summary_markdown(results: dict[str, dict]) -> str:
+    lines = ["| estimator | phase | size | task | " + " | ".join(EVAL_COLUMNS) + " |",
+             "|" + "---|" * (4 + len(EVAL_COLUMNS))]
+    for name, result in results.items():
+        for row in result["before"] + result["after"]:
+            cells = [name, row["phase"], row["size"], row["task"],
+                     *(f"{row['metrics'][c]:.3f}" for c in EVAL_COLUMNS)]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Training episodes, mean per step:", "",
+              "| estimator | step | " + " | ".join(STEP_COLUMNS) + " | rollout s |", "|" + "---|" * (3 + len(STEP_COLUMNS))]
+    for name, result in results.items():
+        for row in result["steps"]:
+            cells = [name, str(row["step"]), *(f"{row.get(c, float('nan')):.3f}" for c in STEP_COLUMNS),
+                     f"{row.get('time/rollout_s', float('nan')):.1f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_curves(results: dict[str, dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(STEP_COLUMNS), figsize=(4 * len(STEP_COLUMNS), 3.2))
+    for ax, column in zip(axes, STEP_COLUMNS):
+        for name, result in results.items():
+            ax.plot([r["step"] for r in result["steps"]], [r.get(column, float("nan")) for r in result["steps"]],
+                    marker="o", label=name)
+        ax.set_title(column)
+        ax.set_xlabel("RL step")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path)
+    parser.add_argument("--ckpt", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--estimators", default="trloo,grpo")
+    parser.add_argument("--parallel", action="store_true", help="run the estimators at the same time (one GPU shared)")
+    parser.add_argument("--summarize-only", action="store_true", help="only write the summary of the runs in --out")
+    parser.add_argument("--resume", action="store_true", help="continue the runs already in --out")
+    parser.add_argument("--max-time-s", type=float,
+                        help="wall seconds for this invocation, after-RL evaluations included (see above)")
+    args = parser.parse_args(argv)
+    if args.max_time_s is not None and args.max_time_s <= 0:
+        parser.error(f"--max-time-s: must be > 0, got {args.max_time_s:g}")
+    from proxycomp.gym_bridge.rl.advantages import estimator_names
+
+    estimators = [e.strip() for e in args.estimators.split(",") if e.strip()]
+    unknown = [e for e in estimators if e not in estimator_names()]
+    if unknown or not estimators:
+        parser.error(f"--estimators: unknown {unknown or 'empty'}; choose from {', '.join(estimator_names())}")
+    if args.summarize_only:
+        return summarize(args.out, estimators)
+    for flag, path in (("--config", args.config), ("--ckpt", args.ckpt)):
+        if path is None or not path.is_file():
+            parser.error(f"{flag}: no such file: {path}")
+    from proxycomp.gym_bridge.rl.cli import RLConfigError, parse_config
+
+    try:  # the steps this invocation asks for, and a config typo reported before any run starts
+        target_steps = parse_config(["--config", str(args.config), "--ckpt", str(args.ckpt), *extra])[0].steps
+    except RLConfigError as err:
+        parser.error(str(err))
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    start = time.perf_counter()
+    warm = args.out / "warmstart"
+    if not (warm / "model.ckpt").is_file():
+        command = rl_command(args.config, args.ckpt, args.out / "warmstart_run", [*extra, "--warmstart-only"])
+        if run_logged(command, args.out / "warmstart.log").wait():
+            print(f"compare_rl: the warm start failed; see {args.out / 'warmstart.log'}", file=sys.stderr)
+            return 1
+        shutil.copytree(args.out / "warmstart_run" / "warmstart", warm)
+    print(f"warm start ready ({time.perf_counter() - start:.0f} s): {warm / 'model.ckpt'}", flush=True)
+
+    runs, failed, steps_cap = {}, [], None
+    todo = [name for name in estimators if not (args.resume and finished(args.out / name, target_steps))]
+    for name in estimators:
+        out = args.out / name
+        if name not in todo:
+            print(f"{name}: finished earlier, left alone", flush=True)
+            continue
+        shutil.copytree(warm, out / "warmstart", dirs_exist_ok=True)
+        resume = args.resume and (out / "checkpoints" / "last.ckpt").is_file()
+        limit = []
+        if steps_cap is not None:  # equal budget: as many steps as the first run took, whatever the clock says
+            limit = ["--steps", str(steps_cap)]
+        elif args.max_time_s is not None:  # in sequence, the first run takes its share and sets the steps
+            share = 1 if args.parallel else len(todo) - todo.index(name)
+            limit = ["--max_time_s", f"{max((start + args.max_time_s - time.perf_counter()) / share, 1.0):.0f}"]
+        command = rl_command(args.config, args.ckpt, out,
+                             [*extra, *limit, "--algorithm.estimator", name, *(["--resume"] if resume else [])])
+        process = run_logged(command, args.out / f"{name}.log", append=args.resume)
+        runs[name] = process
+        if not args.parallel:
+            if process.wait():
+                failed.append(name)
+            elif args.max_time_s is not None and steps_cap is None:
+                steps_cap = steps_done(out) or None  # a run stopped before its first step sets nothing
+    if args.parallel:
+        failed = [name for name, process in runs.items() if process.wait()]
+    for name in failed:
+        print(f"compare_rl: the {name} run failed; see {args.out / (name + '.log')}", file=sys.stderr)
+
+    summarize(args.out, estimators)
+    print(f"compare_rl: {time.perf_counter() - start:.0f} s")
+    return 1 if failed else 0
+
+
+def summarize(out: Path, estimators: list[str]) -> int:
+    results = {name: read_run(out / name) for name in estimators}
+    (out / "summary.json").write_text(json.dumps(results, indent=1))
+    table = summary_markdown(results)
+    (out / "summary.md").write_text(table + "\n")
+    if any(r["steps"] for r in results.values()):
+        plot_curves(results, out / "rl_curves.png")
+    print(f"{table}\n\n{out / 'summary.md'}")
+    return 0
