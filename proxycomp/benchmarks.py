@@ -1,6 +1,7 @@
 """BENCHMARKS.md bookkeeping: every benchmark appends dated blocks to its own `## ` section."""
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -25,3 +26,10 @@ def append_block(path: str | os.PathLike, heading: str, block: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(insert_in_section(text, heading, block))
     os.replace(tmp, path)
+
+
+def add_benchmarks_option(parser: argparse.ArgumentParser, default: str | os.PathLike) -> None:
+    """`--benchmarks PATH`, the file `--record` appends to. The default is relative to the current directory (the
+    tools run from the repository root): an installed module has no source tree to find it in."""
+    parser.add_argument("--benchmarks", type=Path, default=default, metavar="PATH",
+                        help="the BENCHMARKS.md that --record appends to (default: %(default)s)")

@@ -1,21 +1,16 @@
-"""tools/bench_kernels.py: options are checked before any GPU work, with one-line errors (the timing runs on the H200)."""
+"""proxycomp.bench.kernels: options are checked before any GPU work, with one-line errors (the timing runs on the H200)."""
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
-
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "bench_kernels.py"
 
 
 @pytest.fixture(scope="module")
 def bench_kernels():
-    spec = importlib.util.spec_from_file_location("bench_kernels", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from proxycomp.bench import kernels
+
+    return kernels
 
 
 @pytest.mark.parametrize("parts", ["attention,warp", "", "embeding"])

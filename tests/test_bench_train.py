@@ -1,30 +1,17 @@
-"""tools/bench_train.py: the tiny preset runs every arm and the data pipeline on CPU; bad options fail in one line."""
+"""proxycomp.bench.train: the tiny preset runs every arm and the data pipeline on CPU; bad options fail in one line."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-TOOLS = Path(__file__).resolve().parents[1] / "tools"
-
 
 @pytest.fixture(scope="module")
 def bench_train():
-    sys.path.insert(0, str(TOOLS))  # the script imports its sibling tools/bench_data.py
-    spec = importlib.util.spec_from_file_location("bench_train", TOOLS / "bench_train.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_train"] = module  # dataclasses look their module up while the file executes
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(TOOLS))
-        for name in ("bench_train", "bench_data"):
-            sys.modules.pop(name, None)
+    from proxycomp.bench import train
+
+    return train
 
 
 @pytest.mark.slow

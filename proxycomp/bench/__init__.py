@@ -1,0 +1,4 @@
+"""The benchmarks behind `tools/bench_*.py`: one module per benchmark, each with a `main(argv)`.
+
+The recording ones append dated blocks to their own section of BENCHMARKS.md (`--record`, `--benchmarks PATH`).
+"""

@@ -1,0 +1,83 @@
+"""Data pipeline throughput per view: MB/s of raw input per CPU core and symbols/s, encode + pack.
+
+Each view runs alone (r = 1, or raw only) through the real `TrainStream` in this process, one pass over
+the same documents, timed by process CPU time so the figure is per core even on a busy machine.
+
+    python tools/bench_data.py [--max-documents 400] [--record]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from proxycomp.benchmarks import add_benchmarks_option, append_block
+from proxycomp.data import MixingSchedule, TrainStream, load_corpus
+from proxycomp.views import ViewConfig, train_spm
+
+BENCHMARKS = Path("BENCHMARKS.md")  # --benchmarks' default
+SECTION = "## Data pipeline"
+
+
+def measure(view: str, docs: list[bytes], config: ViewConfig, spm_model: bytes, seq_len: int) -> dict:
+    schedule = MixingSchedule("byte") if view == "raw" else MixingSchedule("sentinel", r_peak=1.0)
+    only = ViewConfig(("raw",) if view == "raw" else ("raw", view), config.spm_vocab_size, config.zstd_level,
+                      config.brotli_quality)
+    stream = iter(TrainStream(docs, only, spm_model, schedule, seq_len, batch_size=1, seed=0))
+    start_cpu, start_wall, windows = time.process_time(), time.perf_counter(), 0
+    while True:  # one epoch: until the first unfinished document is past the last one
+        cursor = next(stream)["stream_cursor"].tolist()
+        windows += 1
+        if cursor[2] >= len(docs):
+            break
+    cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start_wall
+    raw_bytes = sum(map(len, docs))
+    return {"view": view, "mb_per_s": raw_bytes / cpu / 1e6, "symbols_per_s": windows * seq_len / cpu,
+            "bytes_per_symbol": raw_bytes / (windows * seq_len), "cpu_s": cpu, "wall_s": wall}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| view | MB/s raw per core | symbols/s per core | raw bytes/symbol | CPU s |", "|---|---|---|---|---|"]
+    lines += [f"| {r['view']} | {r['mb_per_s']:.1f} | {r['symbols_per_s'] / 1e6:.2f} M | {r['bytes_per_symbol']:.2f} "
+              f"| {r['cpu_s']:.2f} |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--max-documents", type=int, default=400, help="python-sources sample size")
+    p.add_argument("--spm-vocab-size", type=int, default=8192)
+    p.add_argument("--spm-train-bytes", type=int, default=10_000_000)
+    p.add_argument("--zstd-level", type=int, default=3)
+    p.add_argument("--brotli-quality", type=int, default=5)
+    p.add_argument("--seq-len", type=int, default=2048)
+    p.add_argument("--device-note", default="this machine", help="what to call the machine in BENCHMARKS.md")
+    p.add_argument("--record", action="store_true", help="append a dated block to BENCHMARKS.md")
+    add_benchmarks_option(p, BENCHMARKS)
+    args = p.parse_args(argv)
+
+    corpus = load_corpus(max_documents=args.max_documents)
+    docs = [d.data for d in corpus.train]
+    config = ViewConfig(("raw", "spm", "zstd", "brotli"), args.spm_vocab_size, args.zstd_level, args.brotli_quality)
+    t = time.perf_counter()
+    spm_model = train_spm(docs, args.spm_vocab_size, args.spm_train_bytes)
+    spm_train_s = time.perf_counter() - t
+    rows = [measure(view, docs, config, spm_model, args.seq_len) for view in config.names]
+    summary = (f"{len(docs)} python-sources train documents, {sum(map(len, docs)) / 1e6:.1f} MB; seq_len "
+               f"{args.seq_len}; zstd level {args.zstd_level}, brotli quality {args.brotli_quality}, spm vocab "
+               f"{args.spm_vocab_size} (trained in {spm_train_s:.1f} s wall on {os.cpu_count()} cores)")
+    print(summary)
+    print(table(rows))
+    if args.record:
+        command = "python tools/bench_data.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        stamp = datetime.date.today().isoformat()
+        append_block(args.benchmarks, SECTION,
+                     f"### {stamp}: {args.device_note} ({platform.processor() or platform.machine()}, "
+                     f"{os.cpu_count()} cores, Python {platform.python_version()})\n\n`{command.strip()}`\n\n"
+                     f"{summary}.\n\n{table(rows)}\n")
+        print(f"recorded in {args.benchmarks}")
+    return 0

@@ -1,0 +1,501 @@
+"""Training throughput of the byte model: tokens/s and MFU of our fit path beside a plain PyTorch loop, one run.
+
+Arms, at every model size of the preset (warmup steps excluded; one timed window per arm, CUDA events with a
+single synchronize at its end):
+  fit-triton[-compile|-graphs]  `proxycomp fit`'s path: ProxyLM + Lightning Trainer (bf16-mixed, clipping 1.0, a
+                        CSV logger every 25 steps), our Triton attention with the document mask
+  fit-sdpa[-compile]    the same with SDPA, which takes the document mask as a dense boolean mask
+  plain[-compile|-graphs]  a minimal loop over the same Transformer: SDPA is_causal (no document mask), fused AdamW,
+                        bf16 autocast, batches already on the device
+All arms of a model size train on the same few windows, replayed from memory (a tiny data module for the fit
+arms), so data loading is not what they measure. `--windows raw` (default): random raw bytes packed in documents
+as long as the corpus files, the byte-only recipe's workload. `--windows spm`: windows of the real TrainStream of
+the spm proxy recipe past its warmup (each document compressed with probability 0.9, sentinel mixing; compressed
+documents are ~3.6x shorter in symbols), with the vocabulary of its 8192 pieces. The summary states the share of
+causal attention the windows' documents keep, which bounds what the document mask can skip.
+`-compile` wraps the Transformer in torch.compile (the fit arms: with its loss, as ProxyLM(compile=True) does); the
+Triton attention is a custom op inside the graph. `-graphs` is the same in mode "reduce-overhead" (ProxyLM's
+compile_mode): each compiled forward and backward is replayed as a CUDA graph. The tiny preset compiles with
+aot_eager, which has no modes, so there `-graphs` equals `-compile`.
+
+MFU = flops_per_symbol (6N + 12*L*d*T: the full-context convention, which ignores causal and document masking)
+x tokens/s / the FLOP/s of a square matmul in the same dtype measured first in the same run.
+Data pipeline: symbols/s per CPU core of the real TrainStream for the raw, spm and zstd views
+(`proxycomp.bench.data.measure`), and the cores each model's fastest arm would need.
+
+    python tools/bench_train.py --sizes h200 --out train.json [--models d768] [--arms fit-triton,plain] \
+        [--windows spm] [--record]
+    python tools/bench_train.py --sizes tiny    # CPU, seconds: every path runs; the figures mean nothing
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import logging
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+if not torch.cuda.is_available():
+    # The Triton attention backend runs under Triton's interpreter on CPU; the flag is read when triton is imported.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import lightning as L  # noqa: E402 - after TRITON_INTERPRET is settled (lightning imports triton)
+import numpy as np  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from lightning.pytorch.loggers import CSVLogger  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+
+from proxycomp.bench.data import measure  # noqa: E402
+from proxycomp.benchmarks import add_benchmarks_option, append_block  # noqa: E402
+from proxycomp.data import MixingSchedule, TrainStream, load_corpus  # noqa: E402
+from proxycomp.data.packing import IGNORE_INDEX, collate, pack_window  # noqa: E402
+from proxycomp.lit import ProxyLM  # noqa: E402
+from proxycomp.model import ModelConfig, Transformer, flops_per_symbol, matmul_params  # noqa: E402
+from proxycomp.views import ViewConfig, train_spm  # noqa: E402
+from proxycomp.vocab import RAW_OFFSET, RAW_SIZE, Vocabulary  # noqa: E402
+
+BENCHMARKS = Path("BENCHMARKS.md")  # --benchmarks' default
+SECTION = "## Training throughput"
+LOG_EVERY_N_STEPS = 25  # the pretrain recipes' value: the logger's metric syncs land in the timed window as in fit
+DATA_VIEWS = ("raw", "spm", "zstd")
+SYNTHETIC_BATCHES = 4  # distinct batches replayed in turn
+PROXY_R = 0.9  # the paper schedule's r past its warmup: the share of documents in their compressed view
+WINDOW_WORDS = {"raw": "synthetic raw bytes in documents as long as the corpus files",
+                "spm": f"the spm proxy recipe's stream (r = {PROXY_R}, sentinel mixing)"}
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    name: str
+    d_model: int
+    n_layers: int
+    n_heads: int
+    seq_len: int
+    batch_size: int
+
+    def config(self, attn_backend: str, vocab_size: int) -> ModelConfig:
+        return ModelConfig(vocab_size=vocab_size, d_model=self.d_model, n_layers=self.n_layers,
+                           n_heads=self.n_heads, max_seq_len=self.seq_len, attn_backend=attn_backend)
+
+
+@dataclass(frozen=True)
+class Preset:
+    models: tuple[ModelSize, ...]
+    warmup: int
+    steps: int
+    matmul_size: int
+    compile_backend: str  # tiny: "aot_eager", which checks the same Dynamo capture without Inductor's ~25 s C++ build
+    data_documents: int
+    spm_vocab_size: int
+
+
+PRESETS = {
+    # GPT-2 small/medium widths and depths (head size 64) at the issue's context and batch.
+    "h200": Preset((ModelSize("d768", 768, 12, 12, 4096, 8), ModelSize("d1024", 1024, 24, 16, 4096, 4)),
+                   warmup=5, steps=20, matmul_size=8192, compile_backend="inductor", data_documents=600,
+                   spm_vocab_size=8192),
+    "tiny": Preset((ModelSize("d64", 64, 2, 2, 64, 2),), warmup=1, steps=2, matmul_size=256,
+                   compile_backend="aot_eager", data_documents=40, spm_vocab_size=512),
+}
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    loop: str  # "fit" or "plain"
+    attn_backend: str
+    compile_mode: str | None  # None: eager; else a torch.compile mode
+
+    def compile_options(self, preset: Preset) -> dict:
+        """torch.compile's arguments for this arm under the preset's backend (only Inductor takes a mode)."""
+        mode = {"mode": self.compile_mode} if preset.compile_backend == "inductor" else {}
+        return {"backend": preset.compile_backend, **mode}
+
+
+ARMS = (
+    Arm("fit-triton", "fit", "triton", None), Arm("fit-triton-compile", "fit", "triton", "default"),
+    Arm("fit-triton-graphs", "fit", "triton", "reduce-overhead"),
+    Arm("fit-sdpa", "fit", "sdpa", None), Arm("fit-sdpa-compile", "fit", "sdpa", "default"),
+    Arm("plain", "plain", "sdpa", None), Arm("plain-compile", "plain", "sdpa", "default"),
+    Arm("plain-graphs", "plain", "sdpa", "reduce-overhead"),
+)
+
+
+class WindowTimer:
+    """Seconds between start() and stop(): CUDA events on a GPU, so the only synchronize is the one in stop().
+
+    With `profile_to`, torch.profiler also records the window: its top kernels go to that file and its timeline to
+    the same name with `.trace.json`; a diagnosis of where a step's time goes, not a benchmark (the profiler's own
+    overhead lands in the window's figures).
+    """
+
+    def __init__(self, device: torch.device, profile_to: Path | None = None) -> None:
+        self.cuda = device.type == "cuda"
+        self.profile_to = profile_to
+        self._profiler: torch.profiler.profile | None = None
+        self._start: torch.cuda.Event | float | None = None
+
+    def start(self) -> None:
+        if self.profile_to is not None:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            activities += [torch.profiler.ProfilerActivity.CUDA] if self.cuda else []
+            self._profiler = torch.profiler.profile(activities=activities)
+            self._profiler.__enter__()
+        if self.cuda:
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._start = time.perf_counter()
+
+    def stop(self) -> float:
+        if self._start is None:
+            raise RuntimeError("WindowTimer.stop() before start()")
+        if not self.cuda:
+            seconds = time.perf_counter() - self._start
+        else:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            end.synchronize()
+            seconds = self._start.elapsed_time(end) / 1e3
+        if self._profiler is not None:
+            self._profiler.__exit__(None, None, None)
+            self._write_profile(seconds)
+        return seconds
+
+    def _write_profile(self, seconds: float) -> None:
+        events = self._profiler.key_averages()
+        kind = "device" if self.cuda else "cpu"
+        # On a GPU, only the kernels themselves: an op's row repeats the time of the kernels it launched, and a
+        # user annotation's GPU range (Optimizer.step#AdamW.step) spans whole stretches of the step.
+        counted = [e for e in events if (not self.cuda or e.device_type == torch.autograd.DeviceType.CUDA)
+                   and not getattr(e, "is_user_annotation", False)]
+        busy_us = sum(getattr(e, f"self_{kind}_time_total") for e in counted)
+        table = events.table(sort_by=f"self_{kind}_time_total", row_limit=30, max_name_column_width=70)
+        what = "GPU kernel" if self.cuda else "CPU op"
+        self.profile_to.write_text(f"window {seconds * 1e3:.1f} ms; {what} time {busy_us / 1e3:.1f} ms "
+                                   f"({busy_us / 1e6 / seconds:.0%} of the window)\n{table}\n")
+        # The timeline too (chrome://tracing, Perfetto): where the GPU waits, and what the host does meanwhile.
+        self._profiler.export_chrome_trace(str(self.profile_to.with_suffix(".trace.json")))
+
+
+def matmul_flops(device: torch.device, dtype: torch.dtype, n: int, iters: int = 50) -> float:
+    """FLOP/s of an n x n x n matmul: the ceiling MFU is measured against."""
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    out = torch.empty_like(a)
+    for _ in range(3):
+        torch.mm(a, b, out=out)
+    timer = WindowTimer(device)
+    timer.start()
+    for _ in range(iters):
+        torch.mm(a, b, out=out)
+    return 2 * n**3 * iters / timer.stop()
+
+
+def synthetic_batches(size: ModelSize, doc_lengths: np.ndarray, seed: int) -> list[dict[str, torch.Tensor]]:
+    """Packed windows of random raw bytes whose documents have lengths drawn from `doc_lengths`."""
+    rng = np.random.default_rng(seed)
+    windows = []
+    for _ in range(SYNTHETIC_BATCHES * size.batch_size):
+        pieces, room = [], size.seq_len + 1
+        while room:
+            n = min(room, int(rng.choice(doc_lengths)))
+            pieces.append(rng.integers(RAW_OFFSET, RAW_OFFSET + RAW_SIZE, n))
+            room -= n
+        windows.append(pack_window(pieces, size.seq_len))
+    b = size.batch_size
+    return [collate(windows[i * b:(i + 1) * b]) for i in range(SYNTHETIC_BATCHES)]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The windows every arm of one model size trains on, and the vocabulary their ids are written in."""
+    windows: str
+    vocabulary: Vocabulary
+    batches: list[dict[str, torch.Tensor]]
+
+    def causal_work(self) -> float:
+        """Share of full causal attention left inside documents: what the document mask can at best keep."""
+        kept = []
+        for batch in self.batches:
+            for row in batch["doc_ids"].numpy():
+                lengths = np.diff(np.flatnonzero(np.diff(row, prepend=row[0] - 1, append=row[-1] - 1)))
+                kept.append((lengths * (lengths + 1)).sum() / (len(row) * (len(row) + 1)))
+        return float(np.mean(kept))
+
+
+def workload(windows: str, size: ModelSize, docs: list[bytes], doc_lengths: np.ndarray, spm_model: bytes,
+             preset: Preset, seed: int) -> Workload:
+    if windows == "raw":
+        return Workload("raw", Vocabulary(), synthetic_batches(size, doc_lengths, seed))
+    config = ViewConfig(("raw", "spm"), preset.spm_vocab_size)
+    stream = iter(TrainStream(docs, config, spm_model, MixingSchedule("sentinel", r_peak=PROXY_R), size.seq_len,
+                              batch_size=size.batch_size, seed=seed))
+    batches = [{k: v for k, v in next(stream).items() if k != "stream_cursor"} for _ in range(SYNTHETIC_BATCHES)]
+    return Workload("spm", config.vocabulary(), batches)
+
+
+class ReplayedBatches(Dataset):
+    """`length` items cycling through a few prepared batches (already collated: use `batch_size=None`)."""
+
+    def __init__(self, batches: list[dict[str, torch.Tensor]], length: int) -> None:
+        self.batches, self.length = batches, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return self.batches[i % len(self.batches)]
+
+
+class InMemoryData(L.LightningDataModule):
+    """Prepared batches, replayed in turn for `steps` steps, through a real DataLoader (pinned on a GPU)."""
+
+    def __init__(self, batches: list[dict[str, torch.Tensor]], steps: int) -> None:
+        super().__init__()
+        self.batches, self.steps = batches, steps
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(ReplayedBatches(self.batches, self.steps), batch_size=None,
+                          pin_memory=torch.cuda.is_available())
+
+
+class TimedWindow(L.Callback):
+    """Times the steps after the first `warmup` ones, from the end of the last warmup step to the end of the run."""
+
+    def __init__(self, warmup: int, timer: WindowTimer) -> None:
+        self.warmup, self.timer = warmup, timer
+        self.seconds: float | None = None
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
+        if batch_idx == self.warmup - 1:
+            self.timer.start()
+        elif batch_idx == trainer.max_steps - 1:
+            self.seconds = self.timer.stop()
+
+
+def run_fit(arm: Arm, size: ModelSize, work: Workload, device: torch.device, preset: Preset, warmup: int,
+            steps: int, profile_to: Path | None = None) -> float:
+    """Seconds for `steps` optimizer steps of ProxyLM under the Lightning Trainer."""
+    lm = ProxyLM(vocab_size=work.vocabulary.size, d_model=size.d_model, n_layers=size.n_layers,
+                 n_heads=size.n_heads, max_seq_len=size.seq_len, attn_backend=arm.attn_backend, warmup_steps=warmup,
+                 vocabulary=work.vocabulary.to_dict())
+    if arm.compile_mode is not None:
+        lm.compile_step(**arm.compile_options(preset))  # what ProxyLM(compile=True, compile_mode=...) does
+    timed = TimedWindow(warmup, WindowTimer(device, profile_to))
+    with tempfile.TemporaryDirectory() as logs:
+        trainer = L.Trainer(
+            accelerator=device.type, devices=1, precision="bf16-mixed" if device.type == "cuda" else "32-true",
+            gradient_clip_val=1.0, max_steps=warmup + steps, log_every_n_steps=LOG_EVERY_N_STEPS,
+            logger=CSVLogger(logs, name="bench_train"), callbacks=[timed], enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
+        )
+        trainer.fit(lm, InMemoryData(work.batches, warmup + steps))
+    if timed.seconds is None:
+        raise RuntimeError(f"the Trainer stopped after {trainer.global_step} of {warmup + steps} steps")
+    return timed.seconds
+
+
+def run_plain(arm: Arm, size: ModelSize, work: Workload, device: torch.device, preset: Preset, warmup: int,
+              steps: int, profile_to: Path | None = None) -> float:
+    """Seconds for `steps` steps of a minimal loop: causal SDPA, bf16 autocast, fused AdamW."""
+    model = Transformer(size.config("sdpa", work.vocabulary.size)).to(device)
+    forward = torch.compile(model, **arm.compile_options(preset)) if arm.compile_mode is not None else model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    on_device = [(b["input_ids"].to(device), b["targets"].to(device)) for b in work.batches]
+
+    def step(i: int) -> None:
+        input_ids, targets = on_device[i % len(on_device)]
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            logits = forward(input_ids)  # no doc_ids: is_causal over the whole window
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for i in range(warmup):
+        step(i)
+    timer = WindowTimer(device, profile_to)
+    timer.start()
+    for i in range(warmup, warmup + steps):
+        step(i)
+    return timer.stop()
+
+
+def run_arm(arm: Arm, size: ModelSize, work: Workload, device: torch.device, preset: Preset, warmup: int,
+            steps: int, matmul: float, profile_dir: Path | None = None) -> dict:
+    """One arm's figures (or its error), from a fresh model and optimizer."""
+    config = size.config(arm.attn_backend, work.vocabulary.size)
+    shape = asdict(size)
+    result = {"model": shape.pop("name"), "arm": arm.name, **shape, "windows": work.windows,
+              "vocab_size": work.vocabulary.size, "matmul_params": matmul_params(config),
+              "flops_per_symbol": flops_per_symbol(config, size.seq_len)}
+    torch._dynamo.reset()  # a fresh model per arm would otherwise count against Dynamo's recompile limit
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    run = run_fit if arm.loop == "fit" else run_plain
+    try:
+        profile_to = profile_dir / f"{size.name}_{arm.name}.txt" if profile_dir is not None else None
+        seconds = run(arm, size, work, device, preset, warmup, steps, profile_to)
+    except Exception as err:  # one arm failing (OOM, compile) must not cost the other arms of a device run
+        print(f"bench_train: {size.name} {arm.name} failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return {**result, "error": f"{type(err).__name__}: {err}"}
+    finally:
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    tokens_per_s = steps * size.batch_size * size.seq_len / seconds
+    achieved = tokens_per_s * result["flops_per_symbol"]
+    result.update(seconds=seconds, step_ms=seconds / steps * 1e3, tokens_per_s=tokens_per_s,
+                  tflops=achieved / 1e12, mfu=achieved / matmul)
+    if device.type == "cuda":
+        result["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return result
+
+
+def data_rates(docs: list[bytes], spm_model: bytes, preset: Preset, seq_len: int) -> list[dict]:
+    """Symbols/s per core of the real training stream, one view at a time."""
+    config = ViewConfig(DATA_VIEWS, preset.spm_vocab_size)
+    return [measure(view, docs, config, spm_model, seq_len) for view in DATA_VIEWS]
+
+
+def throughput_table(arms: list[dict]) -> str:
+    lines = ["| model | arm | tokens/s | step ms | TFLOP/s | MFU | vs best plain | peak GiB |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in arms:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['arm']} | failed: {r['error'][:80]} | | | | | |")
+            continue
+        plain = [p["tokens_per_s"] for p in arms if p["model"] == r["model"] and p["arm"].startswith("plain")
+                 and "error" not in p]
+        ratio = f"{r['tokens_per_s'] / max(plain):.2f}x" if plain else "n/a"
+        peak = f"{r['peak_gib']:.1f}" if "peak_gib" in r else "n/a"
+        lines.append(f"| {r['model']} | {r['arm']} | {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | "
+                     f"{r['tflops']:.1f} | {r['mfu']:.1%} | {ratio} | {peak} |")
+    return "\n".join(lines)
+
+
+def best_rates(arms: list[dict]) -> dict[str, float]:
+    """The fastest arm's tokens/s per model: what the data pipeline has to keep up with."""
+    best: dict[str, float] = {}
+    for r in arms:
+        if "error" not in r:
+            best[r["model"]] = max(best.get(r["model"], 0.0), r["tokens_per_s"])
+    return best
+
+
+def data_table(rows: list[dict], best: dict[str, float]) -> str:
+    head = "| view | symbols/s per core | raw bytes/symbol | " + " | ".join(
+        f"cores for {m} ({rate:,.0f}/s)" for m, rate in best.items()) + " |"
+    lines = [head, "|---" * (3 + len(best)) + "|"]
+    for r in rows:
+        cores = " | ".join(f"{rate / r['symbols_per_s']:.2f}" for rate in best.values())
+        lines.append(f"| {r['view']} | {r['symbols_per_s'] / 1e6:.2f} M | {r['bytes_per_symbol']:.2f} | {cores} |")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Preset, list[ModelSize], list[Arm]]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", choices=sorted(PRESETS), default="h200", help="preset: model sizes, steps, data scale")
+    p.add_argument("--models", help="comma-separated subset of the preset's models (default: all)")
+    p.add_argument("--arms", help=f"comma-separated subset of {', '.join(a.name for a in ARMS)} (default: all)")
+    p.add_argument("--warmup", type=int, help="untimed steps per arm (default: the preset's)")
+    p.add_argument("--steps", type=int, help="timed steps per arm (default: the preset's)")
+    p.add_argument("--windows", choices=sorted(WINDOW_WORDS), default="raw",
+                   help="what the arms train on: synthetic byte-only windows, or the spm proxy recipe's stream")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, help="write every figure to this JSON file")
+    p.add_argument("--device-note", default="", help="extra words on the machine for BENCHMARKS.md")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="also profile each arm's timed window into DIR/MODEL_ARM.txt (top kernels) and "
+                        "DIR/MODEL_ARM.trace.json (timeline); a diagnosis: do not --record figures from a profiled run")
+    p.add_argument("--record", action="store_true", help=f"append a dated block to BENCHMARKS.md under {SECTION!r}")
+    add_benchmarks_option(p, BENCHMARKS)
+    args = p.parse_args(argv)
+    preset = PRESETS[args.sizes]
+
+    def subset(option: str, value: str | None, known: dict):
+        if value is None:
+            return list(known.values())
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            p.error(f"--{option}: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(known)}")
+        return [known[n] for n in names]
+
+    models = subset("models", args.models, {m.name: m for m in preset.models})
+    arms = subset("arms", args.arms, {a.name: a for a in ARMS})
+    args.warmup = preset.warmup if args.warmup is None else args.warmup
+    args.steps = preset.steps if args.steps is None else args.steps
+    if args.warmup < 1 or args.steps < 1:
+        p.error(f"--warmup must be >= 1 (the first step compiles) and --steps >= 1; got {args.warmup}, {args.steps}")
+    if args.profile is not None and args.record:
+        p.error("--profile and --record: the profiler's overhead would land in the recorded figures; run them apart")
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    if args.out is not None and not args.out.parent.is_dir():
+        p.error(f"--out {args.out}: folder {args.out.parent} does not exist; create it or pick another path")
+    return args, preset, models, arms
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, preset, models, arms = parse_args(argv)
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # one Trainer per arm: no banner each time
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # the arms' matmul dtype (autocast or fp32)
+    device_name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({platform.machine()})"
+
+    matmul = matmul_flops(device, dtype, preset.matmul_size)
+    print(f"{device_name}: {preset.matmul_size}^3 {str(dtype).removeprefix('torch.')} matmul {matmul / 1e12:.2f} "
+          f"TFLOP/s", flush=True)
+    corpus = load_corpus(max_documents=preset.data_documents, seed=args.seed)
+    docs = [d.data for d in corpus.train]
+    doc_lengths = np.array([len(d) + 4 for d in docs])  # the raw view adds <bos><raw> ... </raw><eos>
+    spm_model = train_spm(docs, preset.spm_vocab_size)
+
+    results, work_kept = [], {}
+    for size in models:
+        work = workload(args.windows, size, docs, doc_lengths, spm_model, preset, args.seed)
+        work_kept[size.name] = work.causal_work()
+        for arm in arms:
+            results.append(run_arm(arm, size, work, device, preset, args.warmup, args.steps, matmul, args.profile))
+            if "error" not in results[-1]:
+                print(f"{size.name} {arm.name}: {results[-1]['tokens_per_s']:,.0f} tokens/s", flush=True)
+    data = data_rates(docs, spm_model, preset, max(m.seq_len for m in models))
+    best = best_rates(results)
+    for row in data:
+        row["cores_needed"] = {m: rate / row["symbols_per_s"] for m, rate in best.items()}
+
+    command = "python tools/bench_train.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    summary = (f"{device_name}, torch {torch.__version__}; matmul ceiling {matmul / 1e12:.1f} TFLOP/s "
+               f"({preset.matmul_size}^3, {str(dtype).removeprefix('torch.')}); {args.warmup} warmup + {args.steps} "
+               f"timed steps per arm; windows: {WINDOW_WORDS[args.windows]}; corpus: {len(docs)} python-sources "
+               f"files (raw mean {doc_lengths.mean():,.0f} symbols); "
+               f"{', '.join(f'{kept:.0%} ({name})' for name, kept in work_kept.items())} of causal attention inside "
+               f"documents; data pipeline per view on one core of this host (spm vocab {preset.spm_vocab_size}, "
+               f"zstd level 3)")
+    tables = f"{data_table(data, best)}\n\n{throughput_table(results)}"
+    if args.out is not None:
+        args.out.write_text(json.dumps({
+            "device": device_name, "torch": torch.__version__, "command": command.strip(), "preset": args.sizes,
+            "dtype": str(dtype), "matmul_size": preset.matmul_size, "matmul_flops": matmul, "warmup": args.warmup,
+            "steps": args.steps, "windows": args.windows, "causal_work": work_kept, "arms": results, "data": data,
+        }, indent=1))
+    if args.record:
+        stamp = datetime.date.today().isoformat()
+        note = f" ({args.device_note})" if args.device_note else ""
+        append_block(args.benchmarks, SECTION, f"### {stamp} · {device_name}{note} · {os.cpu_count()} CPU cores\n\n"
+                     f"`{command.strip()}`\n\n{summary}.\n\n{tables}\n")
+        print(f"recorded in {args.benchmarks}")
+    print(summary)
+    print(tables)
+    return 1 if any("error" in r for r in results) else 0
