@@ -9,7 +9,7 @@ import shlex
 import sys
 import time
 
-from proxycomp.benchmarks import append_block
+from proxycomp.benchmarks import add_benchmarks_option, append_block
 
 from .config import SIZES, Candidate, EvalConfig
 from .evaluator import Evaluator
@@ -18,8 +18,8 @@ from .result import EvalResult, mean_stages
 from .tasks import list_tasks, load_task
 
 
-BENCH_HEADING = "## Gym (issue 4)"
-BENCHMARKS_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "BENCHMARKS.md")
+BENCH_HEADING = "## Gym"
+BENCHMARKS_PATH = "BENCHMARKS.md"  # --benchmarks' default
 
 
 def _default_size() -> str:
@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="worker processes (default: one per GPU, else 1); more than the GPUs share them, timing in turns")
     b.add_argument("--json", dest="json_path", default=None, help="write the results to this JSON file")
     b.add_argument("--record", action="store_true", help="append a dated block to BENCHMARKS.md")
+    add_benchmarks_option(b, BENCHMARKS_PATH)
     return p
 
 
@@ -117,7 +118,7 @@ def _cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
         with open(args.json_path, "w") as fh:
             json.dump({"size": size, "wall_s": wall, "results": [r.to_dict() for r in results]}, fh, indent=2)
     if args.record:
-        _record(size, argv, table, summary, results)
+        _record(args.benchmarks, size, argv, table, summary, results)
     return 0 if n_ok == len(results) else 1
 
 
@@ -126,7 +127,7 @@ def stage_means(results: list[EvalResult]) -> str:
     return ", ".join(f"{stage} {seconds:.2f}" for stage, seconds in means.items()) or "n/a"
 
 
-def _record(size: str, argv: list[str], table: str, summary: str, results: list[EvalResult]) -> None:
+def _record(path: os.PathLike, size: str, argv: list[str], table: str, summary: str, results: list[EvalResult]) -> None:
     import torch
     import triton
 
@@ -136,7 +137,7 @@ def _record(size: str, argv: list[str], table: str, summary: str, results: list[
     versions = f"torch {torch.__version__}, triton {triton.__version__}"
     title = f"gym bench {datetime.date.today().isoformat()} ({device}, {versions}, size {size})"
     block = f"\n### {title}\n\n`proxycomp gym {shlex.join(argv)}`\n\n{table}\n\n{summary}\n"
-    append_block(BENCHMARKS_PATH, BENCH_HEADING, block)
+    append_block(path, BENCH_HEADING, block)
 
 
 
