@@ -41,6 +41,7 @@ TARGET_PROGRAMS = 1024  # segment-sum programs to aim for: ~8 per H200 SM, enoug
 MAX_CHUNK = 1024  # sorted tokens per chunk at most; larger inputs get more programs instead
 BLOCK_C = 16  # chunks whose slots the finishing kernel adds per step
 BLOCK_R = 64  # rows the finishing kernel zeroes per step
+INT16_KEY_ROWS = 2**15  # vocabularies up to this size sort int16 keys: half the radix passes of int32
 
 
 def _chunk_size(tokens: int, column_blocks: int) -> int:
@@ -256,6 +257,8 @@ def _check_inputs(op: str, ids: torch.Tensor, weight: torch.Tensor, norm_weight:
         if norm_weight.shape[0] != weight.shape[1]:
             raise KernelInputError(f"{op}: norm_weight has {norm_weight.shape[0]} entries, weight rows have "
                                    f"{weight.shape[1]}")
+        if norm_weight.stride(0) != 1:
+            raise KernelInputError(f"{op}: norm_weight must have unit stride (got {norm_weight.stride(0)})")
         check_device(op, ids=ids, weight=weight, norm_weight=norm_weight)
     else:
         check_device(op, ids=ids, weight=weight)
@@ -264,10 +267,13 @@ def _check_inputs(op: str, ids: torch.Tensor, weight: torch.Tensor, norm_weight:
 
 
 def _id_buffers(flat: torch.Tensor, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sort keys (int16 when the vocabulary fits: half the radix passes of int32) and the ids-in-range flag."""
-    key_dtype = torch.int16 if vocab <= 2**15 else torch.int32
-    keys = torch.empty(flat.numel(), device=flat.device, dtype=key_dtype)
+    """Sort keys (see _key_dtype) and the ids-in-range flag."""
+    keys = torch.empty(flat.numel(), device=flat.device, dtype=_key_dtype(vocab))
     return keys, torch.ones(1, device=flat.device, dtype=torch.int32)
+
+
+def _key_dtype(vocab: int) -> torch.dtype:
+    return torch.int16 if vocab <= INT16_KEY_ROWS else torch.int32
 
 
 def _raise_on_bad_ids(op: str, flat: torch.Tensor, vocab: int, ok: torch.Tensor) -> None:
@@ -346,13 +352,24 @@ def embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return EmbeddingFunction.apply(ids, weight)
 
 
-def embedding_rmsnorm_forward(ids, weight, norm_weight, eps: float):
-    """(weight[ids], its RMSNorm, the ids as sort keys for the backward)."""
+# The launchers are torch custom ops, as the attention's are: torch.compile records one opaque call each instead of
+# breaking the graph around the Triton launches, so a model compiled with fullgraph=True can use them. Schemas are
+# written out rather than inferred from this module's postponed annotations.
+def _forward_outputs(ids: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x and y (..., d) in weight's dtype."""
+    x = weight.new_empty(*ids.shape, weight.shape[1])
+    return x, torch.empty_like(x)
+
+
+@torch.library.custom_op(
+    "proxycomp::embedding_rmsnorm_fwd", mutates_args=(),
+    schema="(Tensor ids, Tensor weight, Tensor norm_weight, float eps) -> (Tensor, Tensor, Tensor)")
+def embedding_rmsnorm_fwd(ids, weight, norm_weight, eps):
+    """Launch the forward kernel on checked inputs: weight[ids], its RMSNorm times norm_weight, and the sort keys."""
     flat = ids.reshape(-1)
     n = flat.numel()
     vocab, dim = weight.shape
-    x = torch.empty(n, dim, device=weight.device, dtype=weight.dtype)
-    y = torch.empty_like(x)
+    x, y = _forward_outputs(ids, weight)
     keys, ok = _id_buffers(flat, vocab)
     block_d = triton.next_power_of_2(dim)
     block_t = max(1, min(16, 8192 // block_d))
@@ -360,10 +377,20 @@ def embedding_rmsnorm_forward(ids, weight, norm_weight, eps: float):
         flat, weight, norm_weight, x, y, keys, ok, n, dim, vocab, weight.stride(0), eps, BLOCK_T=block_t,
         BLOCK_D=block_d, num_warps=8 if block_d >= 2048 else 4)
     _raise_on_bad_ids("embedding_rmsnorm", flat, vocab, ok)
-    return x.view(*ids.shape, dim), y.view(*ids.shape, dim), keys
+    return x, y, keys
 
 
-def embedding_rmsnorm_backward(keys, grad_x, grad_y, weight, norm_weight, eps: float):
+@embedding_rmsnorm_fwd.register_fake
+def _(ids, weight, norm_weight, eps):
+    return *_forward_outputs(ids, weight), ids.new_empty(ids.numel(), dtype=_key_dtype(weight.shape[0]))
+
+
+@torch.library.custom_op(
+    "proxycomp::embedding_rmsnorm_bwd", mutates_args=(),
+    schema="(Tensor keys, Tensor grad_x, Tensor grad_y, Tensor weight, Tensor norm_weight, float eps) "
+           "-> (Tensor, Tensor)")
+def embedding_rmsnorm_bwd(keys, grad_x, grad_y, weight, norm_weight, eps):
+    """dweight and dnorm_weight from the gradients of both forward outputs and the forward's sort keys."""
     vocab, dim = weight.shape
     sums = torch.empty(2, vocab, dim, device=weight.device, dtype=torch.float32)
     _sum_rows(keys, [g.reshape(-1, dim).contiguous() for g in (grad_x, grad_y)], [sums[0], sums[1]])
@@ -378,30 +405,46 @@ def embedding_rmsnorm_backward(keys, grad_x, grad_y, weight, norm_weight, eps: f
     return dw, dg_part.sum(0).to(norm_weight.dtype)
 
 
-class EmbeddingRMSNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, ids, weight, norm_weight, eps):
-        x, y, keys = embedding_rmsnorm_forward(ids, weight, norm_weight, eps)
-        ctx.save_for_backward(keys, weight, norm_weight)
-        ctx.eps = eps
-        return x, y
-
-    @staticmethod
-    def backward(ctx, grad_x, grad_y):
-        keys, weight, norm_weight = ctx.saved_tensors
-        dw, dg = embedding_rmsnorm_backward(keys, grad_x, grad_y, weight, norm_weight, ctx.eps)
-        return None, dw, dg, None
+@embedding_rmsnorm_bwd.register_fake
+def _(keys, grad_x, grad_y, weight, norm_weight, eps):
+    return torch.empty_like(weight), torch.empty_like(norm_weight)
 
 
+def _setup_context(ctx, inputs, output):
+    _, weight, norm_weight, eps = inputs
+    ctx.save_for_backward(output[2], weight, norm_weight)
+    ctx.eps = eps
+    # The sort keys are a by-product for the backward: no gradient flows into them, so none is made for them either.
+    ctx.mark_non_differentiable(output[2])
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, grad_x, grad_y, _keys_grad):
+    keys, weight, norm_weight = ctx.saved_tensors
+    # An output that took no part in the loss brings no gradient (None): it adds nothing to dweight.
+    grad_x = torch.zeros_like(grad_y) if grad_x is None else grad_x
+    grad_y = torch.zeros_like(grad_x) if grad_y is None else grad_y
+    dw, dg = embedding_rmsnorm_bwd(keys, grad_x, grad_y, weight, norm_weight, ctx.eps)
+    return None, dw, dg, None
+
+
+embedding_rmsnorm_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ----------------------------------------------------------------------------------------------
+# entry point
+# ----------------------------------------------------------------------------------------------
 def embedding_rmsnorm(
     ids: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(weight[ids], RMSNorm(weight[ids]) * norm_weight), both (..., d) in weight's dtype.
 
+    ids: any shape, int32/int64, not empty; weight (V, d) with unit stride in d; norm_weight (d,).
     Differentiable in weight and norm_weight; the first is the residual stream, the second the first
     block's input.
     """
     _check_inputs("embedding_rmsnorm", ids, weight, norm_weight)
     if ids.numel() == 0:
         raise KernelInputError("embedding_rmsnorm: ids is empty")
-    return EmbeddingRMSNormFunction.apply(ids, weight, norm_weight, float(eps))
+    x, y, _ = embedding_rmsnorm_fwd(ids, weight, norm_weight, float(eps))
+    return x, y

@@ -1,4 +1,5 @@
-"""embedding / embedding_rmsnorm against the float32 reference: outputs and dweight / dnorm_weight."""
+"""embedding / embedding_rmsnorm against the float32 reference (outputs, dweight, dnorm_weight); embedding_rmsnorm's
+custom ops' contracts."""
 from __future__ import annotations
 
 import re
@@ -7,7 +8,13 @@ import pytest
 import torch
 
 from proxycomp.kernels import embedding as E
-from proxycomp.kernels.embedding import KernelInputError, embedding, embedding_rmsnorm
+from proxycomp.kernels.embedding import (
+    KernelInputError,
+    embedding,
+    embedding_rmsnorm,
+    embedding_rmsnorm_bwd,
+    embedding_rmsnorm_fwd,
+)
 from proxycomp.kernels.reference import embedding_reference, embedding_rmsnorm_reference
 
 CUDA = torch.cuda.is_available()
@@ -197,9 +204,78 @@ def test_embedding_rmsnorm_checks_norm_weight():
     ids = torch.tensor([[0, 1]], device=DEVICE)
     with pytest.raises(KernelInputError, match="norm_weight has 7 entries"):
         embedding_rmsnorm(ids, torch.randn(10, 8, device=DEVICE), torch.ones(7, device=DEVICE))
+    with pytest.raises(KernelInputError, match="norm_weight must have unit stride"):
+        embedding_rmsnorm(ids, torch.randn(10, 8, device=DEVICE), torch.ones(16, device=DEVICE)[::2])
 
 
 def test_cpu_tensors_need_the_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(KernelInputError, match="TRITON_INTERPRET=1"):
         embedding(torch.tensor([[0, 1]]), torch.randn(10, 8))
+
+
+def _tables(vocab: int, dim: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    weight = torch.randn(vocab, dim, device=DEVICE, dtype=dtype, requires_grad=True)
+    norm_weight = (1 + 0.3 * torch.randn(dim, device=DEVICE)).to(dtype).requires_grad_()
+    return weight, norm_weight
+
+
+def test_a_row_of_one_token_gets_its_residual_gradient_exactly():
+    """With no gradient through the norm, dweight is the summed residual gradient: a 0/1 matmul, fp32 sums."""
+    ids = _ids(300, (2, 150))
+    weight, norm_weight = _tables(300, 40, torch.bfloat16)
+    grad_x = torch.randn(2, 150, 40, device=DEVICE, dtype=torch.bfloat16)
+    x, _ = embedding_rmsnorm(ids, weight, norm_weight)
+    x.backward(grad_x)
+    single = (torch.bincount(ids.flatten(), minlength=300) == 1).nonzero().flatten()
+    position = {int(i): p for p, i in enumerate(ids.flatten().tolist())}
+    assert len(single) > 10
+    for row in single.tolist():
+        assert torch.equal(weight.grad[row], grad_x.reshape(-1, 40)[position[row]])
+    assert norm_weight.grad is not None and not norm_weight.grad.any()
+
+
+# ---------------------------------------------------------------------------------------------- the custom ops
+def _op_inputs(vocab=37, dim=24, shape=(3, 13)):
+    weight, norm_weight = _tables(vocab, dim)
+    return _ids(vocab, shape), weight, norm_weight, 1e-5
+
+
+def test_fake_outputs_have_the_real_layout():
+    """The fake implementations are what torch.compile plans the graph with."""
+    ids, weight, norm_weight, eps = _op_inputs()
+    with torch.no_grad():
+        real = embedding_rmsnorm_fwd(ids, weight, norm_weight, eps)
+        real_grads = embedding_rmsnorm_bwd(real[2], torch.randn_like(real[0]), torch.randn_like(real[1]), weight,
+                                           norm_weight, eps)
+    with torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=True):
+        fake = embedding_rmsnorm_fwd(ids, weight, norm_weight, eps)
+        fake_grads = embedding_rmsnorm_bwd(fake[2], torch.empty_like(real[0]), torch.empty_like(real[1]), weight,
+                                           norm_weight, eps)
+    assert [t.shape for t in fake] == [(3, 13, 24), (3, 13, 24), (3 * 13,)]
+    for got, want in zip((*fake, *fake_grads), (*real, *real_grads)):
+        assert (got.shape, got.stride(), got.dtype, got.device) == (want.shape, want.stride(), want.dtype, want.device)
+
+
+def test_forward_op_passes_opcheck():
+    # opcheck also runs the op under aot_autograd and compares its outputs and gradients with eager.
+    torch.library.opcheck(embedding_rmsnorm_fwd, _op_inputs())
+
+
+def test_backward_op_passes_opcheck():
+    ids, weight, norm_weight, eps = _op_inputs()
+    weight, norm_weight = weight.detach(), norm_weight.detach()
+    x, y, keys = embedding_rmsnorm_fwd(ids, weight, norm_weight, eps)
+    torch.library.opcheck(embedding_rmsnorm_bwd, (keys, torch.randn_like(x), torch.randn_like(y), weight,
+                                                  norm_weight, eps))
+
+
+def test_embedding_rmsnorm_compiles_without_graph_breaks():
+    ids, weight, norm_weight, eps = _op_inputs()
+    compiled = torch.compile(embedding_rmsnorm, backend="aot_eager", fullgraph=True)
+    results = []
+    for fn in (compiled, embedding_rmsnorm):
+        x, y = fn(ids, weight, norm_weight, eps)
+        results.append((x, y, *torch.autograd.grad((x * y).sum(), (weight, norm_weight))))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want)
