@@ -277,7 +277,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="path of the JSON file with every figure")
     parser.add_argument("--record", action="store_true", help="append a dated block to BENCHMARKS.md")
     parser.add_argument("--parts", default="attention,embedding",
-                        help="comma-separated: attention (incl. document masking), embedding (incl. RMSNorm fusion), "
+                        help="comma-separated: attention (incl. document masking), embedding (fused with RMSNorm), "
                              "sweep (attention block configs at the models' shapes)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
