@@ -57,17 +57,12 @@ def embedding_builds():
     from . import embedding as E
 
     ids = {**_pointers("i64", "IDS", "PERM"), **_pointers("i16", "KEYS"), **_pointers("i32", "OK", "ROW_START")}
-    yield ("embedding fwd", E._embedding_fwd_kernel, {**ids, **_pointers("bf16", "W", "OUT")},
-           dict(BLOCK_T=E.FWD_BLOCK_T, BLOCK_D=1024), 4, 3)
     yield ("embedding+rmsnorm fwd", E._embedding_rmsnorm_fwd_kernel,
            {**ids, **_pointers("bf16", "W", "NORM_W", "X", "Y"), "eps": "fp32"}, dict(BLOCK_T=8, BLOCK_D=1024), 4, 3)
-    for two_grads in (False, True):
-        out = _pointers("fp32" if two_grads else "bf16", "OUT_X", "OUT_Y")
-        yield (f"embedding bwd segment sums (two grads: {two_grads})", E._segment_sums_kernel,
-               {**ids, **_pointers("bf16", "GRAD_X", "GRAD_Y"), **_pointers("fp32", "SLOTS_X", "SLOTS_Y"), **out},
-               dict(CHUNK=512, TWO_GRADS=two_grads, EXACT_DOT=False, BLOCK_T=E.BLOCK_T, BLOCK_D=128), 4, 3)
-    yield ("embedding bwd finish rows", E._finish_rows_kernel,
-           {**ids, **_pointers("fp32", "SLOTS"), **_pointers("bf16", "OUT")},
+    yield ("embedding bwd segment sums", E._segment_sums_kernel,
+           {**ids, **_pointers("bf16", "GRAD_X", "GRAD_Y"), **_pointers("fp32", "SLOTS_X", "SLOTS_Y", "OUT_X", "OUT_Y")},
+           dict(CHUNK=512, EXACT_DOT=False, BLOCK_T=E.BLOCK_T, BLOCK_D=128), 4, 3)
+    yield ("embedding bwd finish rows", E._finish_rows_kernel, {**ids, **_pointers("fp32", "SLOTS", "OUT")},
            dict(CHUNK=512, BLOCK_C=E.BLOCK_C, BLOCK_R=E.BLOCK_R, BLOCK_D=128), 4, 3)
     yield ("embedding+rmsnorm bwd rows", E._rmsnorm_rows_bwd_kernel,
            {**_pointers("fp32", "SUM_X", "SUM_Y", "DG_PART"), **_pointers("bf16", "W", "NORM_W", "DW"), "eps": "fp32"},

@@ -3,7 +3,8 @@
 RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases. Packed windows hold several documents:
 `doc_ids` keeps attention inside a document and `positions` (0 at each document start) drives RoPE,
 so a document sees the same positions whether it starts a window or sits in the middle of one.
-Attention and embedding backends are chosen by name; the Triton ones live in `proxycomp.kernels`.
+Attention and embedding backends are chosen by name; the Triton ones live in `proxycomp.kernels`. The
+Triton embedding gathers the rows and applies the first block's attention RMSNorm in one kernel.
 """
 from __future__ import annotations
 
@@ -292,8 +293,11 @@ class Block(nn.Module):
         cache: KVCache | None = None,
         cache_mask: torch.Tensor | None = None,
         doc_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+        normed: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), rope, doc_ids, cache, cache_mask, doc_bounds)
+        """`normed`: attn_norm(x) when the caller already has it (the Triton embedding makes block 0's)."""
+        h = self.attn_norm(x) if normed is None else normed
+        x = x + self.attn(h, rope, doc_ids, cache, cache_mask, doc_bounds)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -315,17 +319,25 @@ class Transformer(nn.Module):
         if config.attn_backend == "triton":
             self._document_bounds = _load_kernel("attention", "attn_backend").document_bounds
         if config.embed_backend == "triton":
-            self._embedding_kernel = _load_kernel("embedding", "embed_backend").embedding
+            self._embedding_rmsnorm = _load_kernel("embedding", "embed_backend").embedding_rmsnorm
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, std=0.02)
 
-    def embed_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        if self.config.embed_backend == "triton":
-            return self._embedding_kernel(input_ids, self.embed.weight)
-        return self.embed(input_ids)
+    def embed_ids(
+        self, input_ids: torch.Tensor, cache: KVCache | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The embedded symbols, and block 0's attn_norm of them where the triton backend made it (else None).
+
+        Decoding with a KV cache takes the torch path, as it is simpler: a step embeds one or a few symbols per
+        row, too few for the fused kernel to matter, and the CUDA-graph step of `proxycomp.generate` stays torch.
+        """
+        if self.config.embed_backend == "triton" and cache is None:
+            norm = self.blocks[0].attn_norm
+            return self._embedding_rmsnorm(input_ids, self.embed.weight, norm.weight, norm.eps)
+        return self.embed(input_ids), None
 
     def forward(
         self,
@@ -353,9 +365,10 @@ class Transformer(nn.Module):
         doc_bounds = None
         if self.config.attn_backend == "triton" and doc_ids is not None and cache is None:
             doc_bounds = self._document_bounds(doc_ids)  # once here rather than in every layer
-        x = self.embed_ids(input_ids)
+        x, normed = self.embed_ids(input_ids, cache)
         for block in self.blocks:
-            x = block(x, rope, doc_ids, cache, cache_mask, doc_bounds)
+            x = block(x, rope, doc_ids, cache, cache_mask, doc_bounds, normed)
+            normed = None  # only block 0's input comes from the embedding
         if cache is not None:
             cache.advance(t)
         return self.head(self.norm(x))

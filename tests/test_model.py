@@ -3,6 +3,7 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from proxycomp.generate import generate, raw_bytes
 from proxycomp.model import (
@@ -285,3 +286,71 @@ def test_rope_angles_match_their_formula():
     assert cos.shape == sin.shape == (2, 4, 1, 4)
     torch.testing.assert_close(cos[:, :, 0].double(), angles.cos(), atol=5e-4, rtol=0)  # fp32 angles at position 4000
     torch.testing.assert_close(sin[:, :, 0].double(), angles.sin(), atol=5e-4, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------- embed_backend="triton"
+# Odd sizes: 3 heads of 16, a vocabulary that is no power of two, a sequence that fills no block.
+ODD = dict(vocab_size=301, d_model=48, n_layers=2, n_heads=3, n_kv_heads=1, ffn_hidden=80, max_seq_len=64)
+
+
+def _torch_and_triton_embedding(**overrides) -> tuple[Transformer, Transformer]:
+    """Two models with the same fresh random weights, norm weights included (not their initial ones)."""
+    reference = Transformer(ModelConfig(**{**ODD, **overrides}))
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.mul_(1 + 0.3 * torch.randn_like(p))
+    fused = Transformer(ModelConfig(**{**ODD, **overrides, "embed_backend": "triton"}))
+    fused.load_state_dict(reference.state_dict())
+    return reference, fused
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_triton_embedding_matches_torch(tied, dtype, tol):
+    pytest.importorskip("proxycomp.kernels.embedding")
+    models = [m.to(dtype) for m in _torch_and_triton_embedding(tie_embeddings=tied)]
+    ids = torch.randint(0, ODD["vocab_size"], (2, 37))
+    results = []
+    for model in models:
+        logits = model(ids)
+        F.cross_entropy(logits.flatten(0, 1).float(), ids.roll(-1, 1).flatten()).backward()
+        results.append((logits, {name: p.grad for name, p in model.named_parameters()}))
+    (logits_ref, grads_ref), (logits, grads) = results
+    torch.testing.assert_close(logits, logits_ref, atol=tol, rtol=tol)
+    assert grads.keys() == grads_ref.keys()
+    for name, grad in grads_ref.items():
+        assert grad.abs().sum() > 0, name  # every parameter takes part, so every comparison can fail
+        torch.testing.assert_close(grads[name], grad, atol=tol * grad.abs().max().item(), rtol=tol, msg=name)
+
+
+def test_triton_embedding_decodes_with_the_torch_path():
+    pytest.importorskip("proxycomp.kernels.embedding")
+    _, model = _torch_and_triton_embedding()
+    ids = torch.randint(0, ODD["vocab_size"], (2, 11))
+    with torch.no_grad():
+        full = model(ids)
+        cache = KVCache(model.config, 2, 11, torch.device("cpu"), torch.float32)
+        steps = [model(ids[:, :6], cache=cache)] + [model(ids[:, t:t + 1], cache=cache) for t in range(6, 11)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_triton_embedding_is_one_opaque_op_in_the_compiled_graph(graph_recorder):
+    """With the triton attention too, as a training run compiles it: one graph, no break, and loss and gradients
+    equal eager's when the graph runs through aot_autograd (so the backward op is in the compiled graph as well)."""
+    pytest.importorskip("proxycomp.kernels.embedding")
+    _, model = _torch_and_triton_embedding(attn_backend="triton")
+    ids = torch.randint(0, ODD["vocab_size"], (2, 37))
+    torch.testing.assert_close(torch.compile(model, backend=graph_recorder, fullgraph=True)(ids), model(ids))
+    (ops,) = graph_recorder.call_targets()
+    assert ops.count("proxycomp.embedding_rmsnorm_fwd.default") == 1
+    assert ops.count("proxycomp.flash_attn_fwd.default") == ODD["n_layers"]
+    results = []
+    for forward in (model, torch.compile(model, backend="aot_eager", fullgraph=True)):
+        model.zero_grad()
+        loss = F.cross_entropy(forward(ids).flatten(0, 1), ids.roll(-1, 1).flatten())
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    (loss_eager, grads_eager), (loss_compiled, grads_compiled) = results
+    torch.testing.assert_close(loss_compiled, loss_eager, atol=1e-6, rtol=1e-6)
+    for got, want in zip(grads_compiled, grads_eager):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
