@@ -1,12 +1,13 @@
 """proxycomp: proxy-compression pretraining, fused Triton kernels and an embedded KernelGYM.
 
-`kernels/` and `gym_bridge/` install as `proxycomp.kernels` and `proxycomp.gym_bridge` through
-package_dir: a top-level `kernels` package would shadow the unrelated PyPI `kernels` that
-transformers probes.
+`kernels/`, `gym_bridge/` and `recipes/` install as `proxycomp.kernels`, `proxycomp.gym_bridge` and
+`proxycomp.recipes` through package_dir: a top-level `kernels` package would shadow the unrelated PyPI `kernels`
+that transformers probes, and the recipes ship as package data.
 """
 from setuptools import find_packages, setup
 
-SUBTREES = {"proxycomp": "proxycomp", "proxycomp.kernels": "kernels", "proxycomp.gym_bridge": "gym_bridge"}
+SUBTREES = {"proxycomp": "proxycomp", "proxycomp.kernels": "kernels", "proxycomp.gym_bridge": "gym_bridge",
+            "proxycomp.recipes": "recipes"}
 
 
 def _packages():
@@ -15,7 +16,7 @@ def _packages():
         found.append(name)
         dirs[name] = path
         for sub in find_packages(path, exclude=["tests", "tests.*"]):
-            if name == "proxycomp" and sub.split(".")[0] in ("kernels", "gym_bridge"):
+            if name == "proxycomp" and sub.split(".")[0] in ("kernels", "gym_bridge", "recipes"):
                 continue
             found.append(f"{name}.{sub}")
             dirs[f"{name}.{sub}"] = f"{path}/{sub.replace('.', '/')}"
@@ -31,7 +32,7 @@ setup(
     python_requires=">=3.10",
     packages=packages,
     package_dir=package_dir,
-    package_data={"proxycomp.gym_bridge": ["tasks/*.py", "solutions/*.py"]},
+    package_data={"proxycomp.gym_bridge": ["tasks/*.py", "solutions/*.py"], "proxycomp.recipes": ["*/*.yaml"]},
     install_requires=[
         "torch>=2.4",
         "lightning>=2.3",

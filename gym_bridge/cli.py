@@ -1,22 +1,21 @@
-"""`proxycomp gym {eval,tasks,bench}`: evaluate one candidate, list tasks, benchmark the shipped solutions."""
+"""`proxycomp gym tasks|eval|bench`: list the tasks, judge one candidate, benchmark the shipped solutions."""
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
 import shlex
-import sys
 import time
 
 from proxycomp.benchmarks import add_benchmarks_option, append_block
+from proxycomp.cli import command_parser
+from proxycomp.errors import UserError
 
 from .config import SIZES, Candidate, EvalConfig
 from .evaluator import Evaluator
 from .pool import LocalPool
 from .result import EvalResult, mean_stages
-from .tasks import list_tasks, load_task
-
+from .tasks import TaskError, list_tasks, load_task
 
 BENCH_HEADING = "## Gym"
 BENCHMARKS_PATH = "BENCHMARKS.md"  # --benchmarks' default
@@ -28,24 +27,26 @@ def _default_size() -> str:
     return "gpu" if torch.cuda.is_available() else "cpu"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="proxycomp gym", description="Embedded KernelGYM")
-    sub = p.add_subparsers(dest="command", required=True)
-    ev = sub.add_parser("eval", help="evaluate one candidate file against one task")
-    ev.add_argument("--task", required=True, help="registered task name or task .py file")
+def _parser():
+    p = command_parser("proxycomp gym", "The embedded KernelGYM: its tasks, judging one kernel, benchmarking.")
+    sub = p.add_subcommands(dest="command")
+    ev = command_parser("proxycomp gym eval", "Judge one candidate file against one task.")
+    ev.add_argument("--task", required=True, help="a shipped task name or a KernelBench-format task .py file")
     ev.add_argument("--candidate", required=True, help="file holding ModelNew (or a model reply with code fences)")
-    ev.add_argument("--size", choices=SIZES, default=None)
+    ev.add_argument("--size", choices=SIZES, default=None, help="problem size; null: gpu with CUDA, else cpu")
     ev.add_argument("--timeout", type=float, default=EvalConfig.timeout_s, help="wall timeout per candidate (s)")
     ev.add_argument("--json", action="store_true", help="print the EvalResult as JSON")
-    sub.add_parser("tasks", help="list the shipped tasks")
-    b = sub.add_parser("bench", help="evaluate every shipped solution and report the evaluator's own speed")
-    b.add_argument("--size", choices=SIZES, default=None)
-    b.add_argument("--tasks", default="", help="comma-separated task names (default: all with a solution)")
-    b.add_argument("--workers", type=int, default=None,
-                   help="worker processes (default: one per GPU, else 1); more than the GPUs share them, timing in turns")
+    sub.add_subcommand("eval", ev, help="judge one candidate file against one task")
+    sub.add_subcommand("tasks", command_parser("proxycomp gym tasks", "The shipped tasks."), help="list the shipped tasks")
+    b = command_parser("proxycomp gym bench", "Judge every shipped solution and report the gym's own speed.")
+    b.add_argument("--size", choices=SIZES, default=None, help="problem size; null: gpu with CUDA, else cpu")
+    b.add_argument("--tasks", default="", help="comma-separated task names; empty: all with a solution")
+    b.add_argument("--workers", type=int | None, default=None,
+                   help="worker processes; null: one per GPU, else 1 (more than the GPUs share them, timing in turns)")
     b.add_argument("--json", dest="json_path", default=None, help="write the results to this JSON file")
     b.add_argument("--record", action="store_true", help="append a dated block to BENCHMARKS.md")
     add_benchmarks_option(b, BENCHMARKS_PATH)
+    sub.add_subcommand("bench", b, help="judge every shipped solution")
     return p
 
 
@@ -58,19 +59,14 @@ def _verdict(r: EvalResult) -> str:
                       r.feedback()])
 
 
-def _cmd_eval(args: argparse.Namespace) -> int:
+def _cmd_eval(args) -> int:
     if not os.path.isfile(args.candidate):
-        print(f"error: --candidate {args.candidate!r} is not a file", file=sys.stderr)
-        return 2
+        raise UserError(f"--candidate {args.candidate!r} is not a file")
     with open(args.candidate) as fh:
         code = fh.read()
     config = EvalConfig(size=args.size or _default_size(), timeout_s=args.timeout)
-    try:
-        with Evaluator(LocalPool(num_workers=1), config) as ev:
-            (result,) = ev.submit([Candidate(task=args.task, code=code, id=os.path.basename(args.candidate))])
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    with Evaluator(LocalPool(num_workers=1), config) as ev:
+        (result,) = ev.submit([Candidate(task=args.task, code=code, id=os.path.basename(args.candidate))])
     print(json.dumps(result.to_dict(), indent=2) if args.json else _verdict(result))
     return 0 if result.status == "ok" else 1
 
@@ -90,18 +86,16 @@ def bench_table(results: list[EvalResult]) -> str:
     return "\n".join(rows)
 
 
-def _cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
+def _cmd_bench(args, argv: list[str]) -> int:
     size = args.size or _default_size()
     try:
         tasks = [load_task(n) for n in args.tasks.split(",") if n] if args.tasks else \
             [t for t in list_tasks() if t.solution_path]
-    except ValueError as exc:
-        print(f"error: --tasks: {exc}", file=sys.stderr)
-        return 2
+    except TaskError as err:
+        raise UserError(f"--tasks: {err}") from None
     missing = [t.name for t in tasks if not t.solution_path]
     if missing:
-        print(f"error: --tasks: no shipped solution for {', '.join(missing)}", file=sys.stderr)
-        return 2
+        raise UserError(f"--tasks: no shipped solution for {', '.join(missing)}")
     batch = [Candidate(task=t.name, code=t.solution_path.read_text(), id=t.name) for t in tasks]
     started = time.monotonic()
     with Evaluator(LocalPool(num_workers=args.workers), EvalConfig(size=size)) as ev:
@@ -143,12 +137,9 @@ def _record(path: os.PathLike, size: str, argv: list[str], table: str, summary: 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    options = args[args.command]
     if args.command == "eval":
-        return _cmd_eval(args)
+        return _cmd_eval(options)
     if args.command == "tasks":
         return _cmd_tasks()
-    return _cmd_bench(args, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    return _cmd_bench(options, argv)

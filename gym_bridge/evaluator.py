@@ -11,7 +11,7 @@ from .extract import extract_code
 from .result import EvalResult
 from .reward import compute_reward
 from .static_checks import check_source
-from .tasks_source import resolve_task
+from .tasks import load_task
 
 
 class Pool(Protocol):
@@ -42,7 +42,8 @@ class Evaluator:
 
     def submit(self, batch: list[Candidate]) -> list[EvalResult]:
         started = time.monotonic()
-        sources = {c.task: resolve_task(c.task) for c in batch}
+        tasks = {c.task: load_task(c.task) for c in batch}
+        sources = {spec: (task.name, task.source) for spec, task in tasks.items()}
         results: list[EvalResult | None] = [None] * len(batch)
         jobs, slots = [], []
         cfg = self.config.to_dict()

@@ -17,9 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from proxycomp.generate import DECODE_MODES
+from proxycomp.generate import DECODE_MODES, raw_bytes, restriction_bias
 from proxycomp.generate import generate as sample_symbols
-from proxycomp.generate import raw_bytes, restriction_bias
 from proxycomp.model import Transformer
 from proxycomp.vocab import PAD, SENTINELS, is_raw_byte, raw_prompt, raw_reply_ids
 

@@ -1,42 +1,40 @@
-"""The `proxycomp` command.
+"""The `proxycomp` command: one dispatcher for every verb.
 
     proxycomp fit|validate --config recipes/smoke/proxy_spm.yaml [--trainer.max_steps 100 ...]
     proxycomp generate --ckpt RUN/checkpoints/last.ckpt --prompt "def fib("
     proxycomp eval-bpb --ckpt RUN/checkpoints/last.ckpt --data path/to/sources
-    proxycomp gym eval|tasks|bench ...
+    proxycomp gym tasks|eval|bench ...
     proxycomp rl --config recipes/rl/trloo_kernel.yaml --ckpt RUN/checkpoints/last.ckpt
+    proxycomp compare --preset cpu_smoke --out runs/compare
 
-fit/validate go through LightningCLI (ProxyLM + ProxyDataModule). Bad input ends in one line on
-stderr and exit status 2, never a traceback.
+Every verb parses dotted snake_case flags (no abbreviations) and raises `UserError` on bad input, which ends here
+as one line on stderr and exit status 2, never a traceback. `proxycomp VERB --help` describes every option.
 """
 from __future__ import annotations
 
+import glob
+import importlib
+import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
-USAGE = __doc__.split("\n\n")[1]
-LIGHTNING_COMMANDS = ("fit", "validate")
+from proxycomp.errors import UserError
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A class in the config refused its arguments (raised while the CLI instantiates them)."""
 
 
-def user_errors() -> tuple[type[Exception], ...]:
-    """Exceptions that mean bad input (config, paths, files), reported as one line."""
-    from jsonargparse import ArgumentError
+def command_parser(prog: str, description: str):
+    """The parser every non-Lightning verb builds on: errors raise instead of exiting, no abbreviated flags."""
+    from jsonargparse import ArgumentParser
 
-    from proxycomp.checkpoint import CheckpointError
-    from proxycomp.data import CorpusError, DataStateError, ScheduleError
-    from proxycomp.evaluate import DataPathError
-    from proxycomp.model import ModelConfigError
-    from proxycomp.views import ViewError
-    from proxycomp.vocab import VocabularyError
-
-    return (ArgumentError, ConfigError, CheckpointError, CorpusError, DataStateError, ScheduleError, DataPathError,
-            ModelConfigError, ViewError, VocabularyError)
+    return ArgumentParser(prog=prog, description=description, exit_on_error=False, allow_abbrev=False)
 
 
+# ---- fit / validate --------------------------------------------------------------------------------------------
 def build_cli(args: Sequence[str] | None, run: bool = True):
     """The LightningCLI for `args` (a subcommand and its options; None: sys.argv); `run=False` builds only."""
     import torch
@@ -59,10 +57,10 @@ def build_cli(args: Sequence[str] | None, run: bool = True):
             })
             parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
             parser.set_defaults({"lr_monitor.logging_interval": "step"})
-            parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
+            parser.link_arguments("data.vocab_size", "model.arch.vocab_size", apply_on="instantiate")
             parser.link_arguments("data.vocabulary", "model.vocabulary", compute_fn=Vocabulary.to_dict, apply_on="instantiate")
-            parser.link_arguments("data.seq_len", "model.max_seq_len")
-            parser.link_arguments("trainer.max_steps", "data.total_steps")
+            parser.link_arguments("data.seq_len", "model.arch.max_seq_len")
+            parser.link_arguments("trainer.max_steps", "data.mixing.total_steps")
 
         def instantiate_classes(self) -> None:
             # A constructor that rejects its arguments means a bad config, whichever class raised it.
@@ -93,45 +91,144 @@ def build_cli(args: Sequence[str] | None, run: bool = True):
             {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": "runs/tb", "name": "proxycomp"}},
         ],
     }
-    return ProxyCLI(
-        ProxyLM, ProxyDataModule, args=None if args is None else list(args), run=run, seed_everything_default=0,
-        trainer_defaults=trainer_defaults, parser_kwargs={"exit_on_error": False},
-    )
+    with warnings.catch_warnings():
+        # LightningCLI warns whenever sys.argv holds arguments besides `args`: they are the dispatcher's own.
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        return ProxyCLI(
+            ProxyLM, ProxyDataModule, args=None if args is None else list(args), run=run, seed_everything_default=0,
+            trainer_defaults=trainer_defaults, parser_kwargs={"exit_on_error": False, "allow_abbrev": False},
+        )
+
+
+def _lightning(verb: str) -> Callable[[list[str]], int]:
+    def run(argv: list[str]) -> int:
+        build_cli([verb, *argv])
+        return 0
+
+    return run
+
+
+# ---- generate / eval-bpb -----------------------------------------------------------------------------------------
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def generate_main(argv: list[str]) -> int:
+    p = command_parser("proxycomp generate", "Continue a raw-byte prompt with a trained model.")
+    p.add_argument("--ckpt", required=True, help="a .ckpt written by `proxycomp fit`")
+    p.add_argument("--prompt", required=True, help="text; encoded as UTF-8 after <bos><raw>")
+    p.add_argument("--max_bytes", type=int, default=256, help="most new bytes")
+    p.add_argument("--temperature", type=float, default=0.8, help="0 is greedy")
+    p.add_argument("--top_k", type=int | None, default=None, help="sample among the k likeliest bytes; null: all")
+    p.add_argument("--top_p", type=float, default=0.95, help="nucleus sampling mass, in (0, 1]")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--device", default=_default_device(), help="cpu or cuda")
+    args = p.parse_args(argv)
+    if args.max_bytes < 0 or args.temperature < 0:
+        raise UserError("--max_bytes and --temperature must be >= 0")
+    if not 0 < args.top_p <= 1:
+        raise UserError("--top_p must lie in (0, 1]")
+    if args.top_k is not None and args.top_k < 1:
+        raise UserError("--top_k must be >= 1")
+
+    from proxycomp.checkpoint import load_lm
+    from proxycomp.generate import generate, raw_bytes
+    from proxycomp.vocab import raw_prompt, raw_reply_ids
+
+    model = load_lm(args.ckpt, map_location=args.device).model
+    prompt = args.prompt.encode("utf-8")
+    out = generate(model, [raw_prompt(prompt)], args.max_bytes, args.temperature, args.top_k, args.top_p,
+                   seed=args.seed, allowed_ids=raw_reply_ids(model.config.vocab_size))
+    sys.stdout.write((prompt + raw_bytes(out.ids[0])).decode("utf-8", errors="replace") + "\n")
+    return 0
+
+
+def read_documents(spec: str, pattern: str = "**/*.py") -> list[bytes]:
+    """The files named by `spec`: one file, every file under a folder matching `pattern`, or a glob."""
+    path = Path(spec)
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.glob(pattern) if p.is_file())
+    else:
+        files = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+    if not files:
+        where = f"no file under {spec} matches {pattern!r}" if path.is_dir() else f"{spec} is no file, folder or matching glob"
+        raise UserError(f"--data: {where}; pass a file, a folder of sources or a quoted glob such as 'src/**/*.py'")
+    return [f.read_bytes() for f in files]
+
+
+def eval_bpb_main(argv: list[str]) -> int:
+    p = command_parser("proxycomp eval-bpb", "Bits per raw byte of a checkpoint on files (sliding windows).")
+    p.add_argument("--ckpt", required=True, help="a .ckpt written by `proxycomp fit`")
+    p.add_argument("--data", required=True, help="a file, a folder (see --glob) or a quoted glob")
+    p.add_argument("--glob", default="**/*.py", help="files to read under a folder")
+    p.add_argument("--seq_len", type=int | None, default=None, help="window length; null: the model's max_seq_len")
+    p.add_argument("--stride", type=int | None, default=None, help="window step; null: half the window")
+    p.add_argument("--batch_size", type=int, default=8, help="rows per forward")
+    p.add_argument("--device", default=_default_device(), help="cpu or cuda")
+    args = p.parse_args(argv)
+
+    from proxycomp.checkpoint import load_lm
+    from proxycomp.scoring import score_documents
+
+    documents = read_documents(args.data, args.glob)
+    model = load_lm(args.ckpt, map_location=args.device).model
+    seq_len = args.seq_len or model.config.max_seq_len
+    stride = args.stride or max(1, seq_len // 2)
+    if seq_len < 2 or not 1 <= stride <= seq_len:
+        raise UserError(f"need --seq_len >= 2 and 1 <= --stride <= --seq_len, got {seq_len} and {stride}")
+    result = score_documents(model, documents, seq_len, stride, batch_size=args.batch_size)
+    print(f"bits per byte: {result.bits_per_byte:.4f} over {result.bytes} bytes in {result.documents} documents "
+          f"(seq_len {seq_len}, stride {stride})")
+    return 0
+
+
+# ---- the dispatcher ----------------------------------------------------------------------------------------------
+def _delegate(module: str) -> Callable[[list[str]], int]:
+    """A verb whose parser lives in `module` (imported only when the verb runs: torch and Lightning are slow)."""
+    return lambda argv: importlib.import_module(module).main(argv)
+
+
+VERBS: dict[str, tuple[Callable[[list[str]], int], str]] = {
+    "fit": (_lightning("fit"), "train a model from a recipe (LightningCLI; --print_config shows every option)"),
+    "validate": (_lightning("validate"), "bits per raw byte of a checkpoint on the recipe's held-out split"),
+    "generate": (generate_main, "continue a raw-byte prompt"),
+    "eval-bpb": (eval_bpb_main, "bits per raw byte of a checkpoint on your own files"),
+    "gym": (_delegate("proxycomp.gym_bridge.cli"), "the embedded KernelGYM: list tasks, judge a kernel, benchmark"),
+    "rl": (_delegate("proxycomp.gym_bridge.rl.cli"), "multi-turn kernel RL (TRLOO) in the gym"),
+    "compare": (_delegate("proxycomp.compare.cli"), "byte vs proxy vs tokenizer arms at equal compute"),
+}
+
+
+def usage() -> str:
+    verbs = "\n".join(f"  {verb:<10} {description}" for verb, (_, description) in VERBS.items())
+    return f"usage: proxycomp VERB [options]   (proxycomp VERB --help)\n\n{verbs}\n\n{__doc__.split(chr(10) * 2)[1]}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from_sys_argv = argv is None  # LightningCLI then reads sys.argv itself (and warns if given both)
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(f"usage:\n{USAGE}", file=sys.stdout if argv else sys.stderr)
+        print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    if command == "gym":
-        from proxycomp.gym_bridge.cli import main as gym_main
-
-        return gym_main(rest)
-    if command == "rl":
-        from proxycomp.gym_bridge.rl.cli import main as rl_main
-
-        return rl_main(rest)
-    if command not in (*LIGHTNING_COMMANDS, "generate", "eval-bpb"):
-        print(f"proxycomp: unknown command {command!r}; use fit, validate, generate, eval-bpb, gym or rl", file=sys.stderr)
+    verb, rest = argv[0], argv[1:]
+    if verb not in VERBS:
+        print(f"proxycomp: unknown command {verb!r}; use one of {', '.join(VERBS)}", file=sys.stderr)
         return 2
-    bad_input = user_errors()
+    from jsonargparse import ArgumentError
+
     try:
-        if command == "generate":
-            from proxycomp.generate import main as generate_main
-
-            return generate_main(rest)
-        if command == "eval-bpb":
-            from proxycomp.evaluate import main as evaluate_main
-
-            return evaluate_main(rest)
-        build_cli(None if from_sys_argv else argv)
+        return VERBS[verb][0](rest)
+    except SystemExit as done:  # --help, --print_config
+        return done.code or 0
+    except BrokenPipeError:  # the reader went away (`proxycomp gym tasks | head`)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing may be flushed into the closed pipe at exit
         return 0
-    except bad_input as err:
+    except (UserError, ArgumentError) as err:
         message = " ".join(str(err).split())  # one line, whatever the library put in it
-        print(f"proxycomp {command}: error: {message}", file=sys.stderr)
+        print(f"proxycomp {verb}: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -1,4 +1,4 @@
-"""Batched sampling with a KV cache, and the `proxycomp generate` command (raw bytes in, raw bytes out).
+"""Batched sampling with a KV cache (raw bytes in, raw bytes out for `proxycomp generate` and the RL policy).
 
 Prompts of different lengths are left-padded; the padding is its own document, so no real symbol
 attends to it, and positions count from each prompt's first real symbol. Decoding stops per row at
@@ -7,8 +7,6 @@ before top-k/top-p truncation: that is the sampling policy's own probability, wh
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -16,7 +14,13 @@ import torch
 import torch.nn.functional as F
 
 from proxycomp.model import KVCache, Transformer
-from proxycomp.vocab import EOS, PAD, RAW_OFFSET, SENTINELS, is_raw_byte, raw_prompt, raw_reply_ids
+from proxycomp.vocab import (
+    EOS,
+    PAD,
+    RAW_OFFSET,
+    SENTINELS,
+    is_raw_byte,
+)
 
 DEFAULT_STOP_IDS = (EOS, SENTINELS["raw"][1])
 # Steps between checks whether every row has stopped: each check is a host sync, which on a GPU keeps the host from
@@ -205,31 +209,3 @@ def raw_bytes(ids: Sequence[int]) -> bytes:
             break
         out.append(i - RAW_OFFSET)
     return bytes(out)
-
-
-def main(argv: Sequence[str]) -> int:
-    from proxycomp.checkpoint import load_lm  # Lightning is slow to import; keep it off the library path
-
-    parser = argparse.ArgumentParser(prog="proxycomp generate", description="Continue a raw-byte prompt.")
-    parser.add_argument("--ckpt", required=True, help="a .ckpt written by `proxycomp fit`")
-    parser.add_argument("--prompt", required=True, help="text prompt; encoded as UTF-8 after <bos><raw>")
-    parser.add_argument("--max-bytes", type=int, default=256, help="most new bytes (default 256)")
-    parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=0.95)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    args = parser.parse_args(argv)
-    if args.max_bytes < 0 or args.temperature < 0:
-        parser.error("--max-bytes and --temperature must be >= 0")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
-        parser.error("--top-p must lie in (0, 1]")
-    if args.top_k is not None and args.top_k < 1:
-        parser.error("--top-k must be >= 1")
-
-    model = load_lm(args.ckpt, map_location=args.device).model
-    prompt = args.prompt.encode("utf-8")
-    out = generate(model, [raw_prompt(prompt)], args.max_bytes, args.temperature, args.top_k, args.top_p, seed=args.seed,
-                   allowed_ids=raw_reply_ids(model.config.vocab_size))
-    sys.stdout.write((prompt + raw_bytes(out.ids[0])).decode("utf-8", errors="replace") + "\n")
-    return 0

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import asdict, dataclass
 
 import lightning as L
 import torch
 
-from proxycomp.evaluate import IGNORE, LN2, byte_nats, symbol_nats
+from proxycomp.losses import IGNORE_INDEX, LN2, batch_nats, byte_nats
 from proxycomp.model import ModelConfig, ModelConfigError, Transformer, flops_per_symbol
 from proxycomp.vocab import RAW_OFFSET, RAW_SIZE, Vocabulary
 
@@ -42,63 +43,78 @@ def range_groups(vocabulary: Vocabulary, vocab_size: int) -> tuple[list[str], to
     return names, group
 
 
+@dataclass
+class OptimConfig:
+    """AdamW as in the paper's code (betas (0.9, 0.95), eps 1e-15, weight decay on matrices only) and a
+    linear-warmup cosine schedule down to min_lr_ratio * lr.
+
+    Args:
+        lr: peak learning rate
+        betas: AdamW's moment decays
+        eps: AdamW's epsilon
+        weight_decay: decoupled weight decay of the weight matrices (norms and other vectors get none)
+        warmup_steps: steps of linear warmup from 0 to lr
+        min_lr_ratio: the cosine ends at min_lr_ratio * lr at the last step
+    """
+
+    lr: float = 1.5e-3
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-15
+    weight_decay: float = 0.1
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)
+        if self.warmup_steps < 0 or not 0 <= self.min_lr_ratio <= 1 or self.lr <= 0:
+            raise ModelConfigError("need model.optim.lr > 0, model.optim.warmup_steps >= 0 and "
+                                   "0 <= model.optim.min_lr_ratio <= 1")
+
+
 class ProxyLM(L.LightningModule):
     def __init__(
         self,
-        vocab_size: int = 320,
-        d_model: int = 512,
-        n_layers: int = 8,
-        n_heads: int = 8,
-        n_kv_heads: int | None = None,
-        ffn_hidden: int | None = None,
-        max_seq_len: int = 2048,
-        rope_theta: float = 1e5,
-        norm_eps: float = 1e-5,
-        tie_embeddings: bool = False,
-        attn_backend: str = "sdpa",
-        embed_backend: str = "torch",
+        arch: ModelConfig = ModelConfig(),
+        optim: OptimConfig = OptimConfig(),
         compile: bool = False,
         compile_mode: str = "default",
-        lr: float = 1.5e-3,
-        betas: tuple[float, float] = (0.9, 0.95),
-        eps: float = 1e-15,
-        weight_decay: float = 0.1,
-        warmup_steps: int = 100,
-        min_lr_ratio: float = 0.1,
         vocabulary: dict | None = None,
     ) -> None:
-        """Model hyper-parameters (see `ModelConfig`), AdamW settings (the paper's code: betas (0.9, 0.95),
-        eps 1e-15, weight decay 0.1 on matrices only) and a linear-warmup cosine schedule down to
-        min_lr_ratio·lr. `vocabulary` is `Vocabulary.to_dict()`, linked from the data module by the CLI.
-        `compile` compiles the model together with its loss (`compile_step`, GPU runs) in Inductor's `compile_mode`:
-        "reduce-overhead" replays each compiled forward and backward as a CUDA graph, so the host launches a few
-        graphs per step instead of every kernel (on the H200 within 1% of the default mode's speed, with less memory:
-        BENCHMARKS)."""
+        """The transformer and how it is trained.
+
+        Args:
+            arch: the transformer (vocab_size and max_seq_len are linked from the data by the CLI)
+            optim: optimizer and learning-rate schedule
+            compile: torch.compile the model together with its loss (`compile_step`; GPU runs)
+            compile_mode: Inductor's mode; "reduce-overhead" replays each compiled forward and backward as a CUDA
+                graph, so the host launches a few graphs per step instead of every kernel (on the H200 within 1%
+                of the default mode's speed, with less memory: BENCHMARKS)
+            vocabulary: `Vocabulary.to_dict()`, linked from the data module by the CLI
+        """
         super().__init__()
-        self.save_hyperparameters()
+        # A checkpoint stores the configs as plain dicts (loadable with weights_only); they come back as dicts.
+        arch = ModelConfig(**arch) if isinstance(arch, dict) else arch
+        optim = OptimConfig(**optim) if isinstance(optim, dict) else optim
+        self.save_hyperparameters({"arch": asdict(arch), "optim": asdict(optim), "compile": compile,
+                                   "compile_mode": compile_mode, "vocabulary": vocabulary})
+        self.optim = optim
         self.vocabulary = Vocabulary.from_dict(vocabulary or {})
-        if vocab_size < self.vocabulary.size:
+        if arch.vocab_size < self.vocabulary.size:
             raise ModelConfigError(
-                f"model.vocab_size ({vocab_size}) is smaller than the vocabulary ({self.vocabulary.size} ids); "
-                "let the CLI link it from data.vocab_size"
+                f"model.arch.vocab_size ({arch.vocab_size}) is smaller than the vocabulary ({self.vocabulary.size} "
+                "ids); let the CLI link it from the data module"
             )
         modes = list(torch._inductor.list_mode_options())
         if compile_mode not in modes:
             raise ModelConfigError(f"model.compile_mode={compile_mode!r} is not a torch.compile mode; choose from "
                                    f"{', '.join(modes)}")
-        if warmup_steps < 0 or not 0 <= min_lr_ratio <= 1 or lr <= 0:
-            raise ModelConfigError("need model.lr > 0, model.warmup_steps >= 0 and 0 <= model.min_lr_ratio <= 1")
-        self.config = ModelConfig(
-            vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
-            ffn_hidden=ffn_hidden, max_seq_len=max_seq_len, rope_theta=rope_theta, norm_eps=norm_eps,
-            tie_embeddings=tie_embeddings, attn_backend=attn_backend, embed_backend=embed_backend,
-        )
-        self.model = Transformer(self.config)
+        self.config = arch
+        self.model = Transformer(arch)
         if compile:
             self.compile_step(mode=compile_mode)
-        self.group_names, group_of_id = range_groups(self.vocabulary, vocab_size)
+        self.group_names, group_of_id = range_groups(self.vocabulary, arch.vocab_size)
         self.register_buffer("group_of_id", group_of_id, persistent=False)
-        self.flops_per_symbol = flops_per_symbol(self.config, max_seq_len)
+        self.flops_per_symbol = flops_per_symbol(arch, arch.max_seq_len)
         # (nats, symbols, raw-byte nats, raw bytes) of the validation epoch so far, on this rank.
         self._val_sums: torch.Tensor | None = None
         self._last_step_start: float | None = None
@@ -107,8 +123,8 @@ class ProxyLM(L.LightningModule):
         return self.model(batch["input_ids"], batch["positions"], batch["doc_ids"])
 
     def batch_nats(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Cross-entropy in nats per target of `batch`, flattened; 0 at IGNORE targets."""
-        return symbol_nats(self(batch), batch["targets"])
+        """Cross-entropy in nats per target of `batch`, flattened; 0 at IGNORE_INDEX targets."""
+        return batch_nats(self.model, batch)
 
     def compile_step(self, **options) -> None:
         """torch.compile `batch_nats` (torch.compile's `options`): the model and its cross-entropy become one graph,
@@ -120,10 +136,10 @@ class ProxyLM(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         self._log_throughput(batch["input_ids"].numel())
         targets = batch["targets"].flatten()
-        nats = self.batch_nats(batch)  # 0 at IGNORE targets
+        nats = self.batch_nats(batch)  # 0 at IGNORE_INDEX targets
         # Per-group sums by index_add_ with 0/1 weights, not boolean indexing or .tolist(): the step stays free of
         # host syncs, so the CPU can queue the next kernels while the GPU works (the logger syncs every n steps).
-        valid = (targets != IGNORE).double()
+        valid = (targets != IGNORE_INDEX).double()
         groups = self.group_of_id[targets.clamp(min=0)]
         n_groups = len(self.group_names)
         local = torch.zeros(2 * n_groups, dtype=torch.float64, device=nats.device)
@@ -150,7 +166,7 @@ class ProxyLM(L.LightningModule):
         targets = batch["targets"]
         nats = self.batch_nats(batch)
         byte_sum, n_bytes = byte_nats(nats, targets)
-        step = torch.stack([nats.sum().double(), (targets != IGNORE).sum().double(), byte_sum.double(),
+        step = torch.stack([nats.sum().double(), (targets != IGNORE_INDEX).sum().double(), byte_sum.double(),
                             torch.as_tensor(n_bytes, device=nats.device).double()])
         self._val_sums += step
 
@@ -192,7 +208,7 @@ class ProxyLM(L.LightningModule):
         return getattr(self.trainer.precision_plugin, "scaler", None)  # only fp16 mixed precision has one
 
     def configure_optimizers(self):
-        hp = self.hparams
+        hp = self.optim
         params = [p for p in self.model.parameters() if p.requires_grad]
         groups = [
             {"params": [p for p in params if p.ndim >= 2], "weight_decay": hp.weight_decay},

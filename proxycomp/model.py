@@ -17,58 +17,83 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from proxycomp.errors import UserError
+
 ATTN_BACKENDS = ("sdpa", "triton", "flash_attn")
 EMBED_BACKENDS = ("torch", "triton")
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(UserError):
     """A model hyper-parameter that cannot work; the message names the field."""
 
 
 @dataclass
 class ModelConfig:
+    """The transformer's shape and kernels.
+
+    Args:
+        vocab_size: symbols in the shared vocabulary (linked from the data module by the CLI)
+        d_model: width of the residual stream
+        n_layers: transformer blocks
+        n_heads: query heads (head size is d_model / n_heads, even for RoPE)
+        n_kv_heads: key/value heads (grouped-query attention); null: as many as n_heads
+        ffn_hidden: SwiGLU hidden width; null: 8/3 * d_model rounded up to a multiple of 64
+        max_seq_len: the training context and the default evaluation window (linked from data.seq_len)
+        rope_theta: RoPE base (EvaByte's value)
+        norm_eps: RMSNorm epsilon
+        tie_embeddings: share the embedding matrix with the output head
+        attn_backend: sdpa (torch), triton (proxycomp's document-masked kernel) or flash_attn
+        embed_backend: torch, or triton (proxycomp's embedding kernel)
+    """
+
     vocab_size: int = 320
     d_model: int = 512
     n_layers: int = 8
     n_heads: int = 8
-    n_kv_heads: int | None = None  # None: as many as n_heads (plain multi-head attention)
-    ffn_hidden: int | None = None  # None: 8/3 * d_model rounded up to a multiple of 64
-    max_seq_len: int = 2048  # the training context; the default window for evaluation
-    rope_theta: float = 1e5  # EvaByte's value
+    n_kv_heads: int | None = None
+    ffn_hidden: int | None = None
+    max_seq_len: int = 2048
+    rope_theta: float = 1e5
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
     attn_backend: str = "sdpa"
     embed_backend: str = "torch"
 
     def __post_init__(self) -> None:
-        if self.n_kv_heads is None:
-            self.n_kv_heads = self.n_heads
-        if self.ffn_hidden is None:
-            self.ffn_hidden = 64 * math.ceil(8 * self.d_model / 3 / 64)
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "max_seq_len"):
-            if getattr(self, name) <= 0:
-                raise ModelConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ModelConfigError(f"model.arch.{name} must be positive, got {getattr(self, name)}")
         if self.d_model % self.n_heads:
-            raise ModelConfigError(f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})")
-        if self.n_heads % self.n_kv_heads:
-            raise ModelConfigError(f"model.n_heads ({self.n_heads}) must be a multiple of model.n_kv_heads ({self.n_kv_heads})")
+            raise ModelConfigError(f"model.arch.d_model ({self.d_model}) must be divisible by model.arch.n_heads ({self.n_heads})")
+        if self.n_heads % self.kv_heads:
+            raise ModelConfigError(f"model.arch.n_heads ({self.n_heads}) must be a multiple of model.arch.n_kv_heads ({self.kv_heads})")
         if self.head_dim % 2:
             raise ModelConfigError(f"RoPE needs an even head size; d_model/n_heads = {self.head_dim}")
         if self.attn_backend not in ATTN_BACKENDS:
-            raise ModelConfigError(f"unknown model.attn_backend {self.attn_backend!r}; valid: {', '.join(ATTN_BACKENDS)}")
+            raise ModelConfigError(f"unknown model.arch.attn_backend {self.attn_backend!r}; valid: {', '.join(ATTN_BACKENDS)}")
         if self.embed_backend not in EMBED_BACKENDS:
-            raise ModelConfigError(f"unknown model.embed_backend {self.embed_backend!r}; valid: {', '.join(EMBED_BACKENDS)}")
+            raise ModelConfigError(f"unknown model.arch.embed_backend {self.embed_backend!r}; valid: {', '.join(EMBED_BACKENDS)}")
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: n_kv_heads, or n_heads when it is null."""
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def hidden(self) -> int:
+        """The SwiGLU hidden width: ffn_hidden, or 8/3 * d_model rounded up to a multiple of 64 when it is null."""
+        return self.ffn_hidden or 64 * math.ceil(8 * self.d_model / 3 / 64)
+
 
 def matmul_params(config: ModelConfig) -> int:
     """Parameters that take part in a matmul per symbol: every projection plus the output head."""
-    kv_dim = config.n_kv_heads * config.head_dim
+    kv_dim = config.kv_heads * config.head_dim
     attn = 2 * config.d_model * config.d_model + 2 * config.d_model * kv_dim
-    mlp = 3 * config.d_model * config.ffn_hidden
+    mlp = 3 * config.d_model * config.hidden
     return config.n_layers * (attn + mlp) + config.d_model * config.vocab_size
 
 
@@ -88,7 +113,7 @@ def _load_kernel(module: str, field: str) -> ModuleType:
         return importlib.import_module(f"proxycomp.kernels.{module}")
     except ImportError as err:
         raise ModelConfigError(
-            f"model.{field}='triton' needs proxycomp.kernels.{module}, which failed to import ({err}); "
+            f"model.arch.{field}='triton' needs proxycomp.kernels.{module}, which failed to import ({err}); "
             f"use the torch backend instead"
         ) from err
 
@@ -162,7 +187,7 @@ class KVCache:
     and replay it with the slot advanced on the device (`proxycomp.generate`)."""
 
     def __init__(self, config: ModelConfig, batch: int, capacity: int, device: torch.device, dtype: torch.dtype) -> None:
-        shape = (batch, config.n_kv_heads, capacity, config.head_dim)
+        shape = (batch, config.kv_heads, capacity, config.head_dim)
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
         self.doc_ids = torch.zeros(batch, capacity, device=device, dtype=torch.long)
@@ -203,8 +228,8 @@ class Attention(nn.Module):
         self.config, self.layer = config, layer
         hd = config.head_dim
         self.wq = nn.Linear(config.d_model, config.n_heads * hd, bias=False)
-        self.wk = nn.Linear(config.d_model, config.n_kv_heads * hd, bias=False)
-        self.wv = nn.Linear(config.d_model, config.n_kv_heads * hd, bias=False)
+        self.wk = nn.Linear(config.d_model, config.kv_heads * hd, bias=False)
+        self.wv = nn.Linear(config.d_model, config.kv_heads * hd, bias=False)
         self.wo = nn.Linear(config.n_heads * hd, config.d_model, bias=False)
         # Resolve the kernel once, so a missing backend fails at construction, not mid-run.
         if config.attn_backend == "triton":
@@ -214,7 +239,7 @@ class Attention(nn.Module):
                 from flash_attn import flash_attn_varlen_func
             except ImportError as err:
                 raise ModelConfigError(
-                    f"model.attn_backend='flash_attn' needs the flash-attn package ({err}); install it or use 'sdpa'/'triton'"
+                    f"model.arch.attn_backend='flash_attn' needs the flash-attn package ({err}); install it or use 'sdpa'/'triton'"
                 ) from err
             self._flash_attn_varlen_func = flash_attn_varlen_func
 
@@ -231,8 +256,8 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         cfg = self.config
         q = apply_rope(self.wq(x).view(b, t, cfg.n_heads, cfg.head_dim), *rope)
-        k = apply_rope(self.wk(x).view(b, t, cfg.n_kv_heads, cfg.head_dim), *rope)
-        v = self.wv(x).view(b, t, cfg.n_kv_heads, cfg.head_dim)
+        k = apply_rope(self.wk(x).view(b, t, cfg.kv_heads, cfg.head_dim), *rope)
+        v = self.wv(x).view(b, t, cfg.kv_heads, cfg.head_dim)
         if cache is not None:
             # Decoding: queries and keys differ in length, which only the sdpa path takes.
             k_all, v_all = cache.append(self.layer, k.transpose(1, 2), v.transpose(1, 2))
@@ -269,9 +294,9 @@ class Attention(nn.Module):
 class SwiGLU(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.w_gate = nn.Linear(config.d_model, config.ffn_hidden, bias=False)
-        self.w_up = nn.Linear(config.d_model, config.ffn_hidden, bias=False)
-        self.w_down = nn.Linear(config.ffn_hidden, config.d_model, bias=False)
+        self.w_gate = nn.Linear(config.d_model, config.hidden, bias=False)
+        self.w_up = nn.Linear(config.d_model, config.hidden, bias=False)
+        self.w_down = nn.Linear(config.hidden, config.d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from proxycomp.errors import UserError
+
 PAD, BOS, EOS = 0, 1, 2
 NUM_SPECIALS = 64
 RAW_OFFSET = NUM_SPECIALS
@@ -21,7 +23,7 @@ SENTINELS: dict[str, tuple[int, int]] = {"raw": (3, 4), "spm": (5, 6), "zstd": (
 VIEW_NAMES = tuple(SENTINELS)
 
 
-class VocabularyError(ValueError):
+class VocabularyError(UserError):
     pass
 
 

@@ -16,17 +16,13 @@ trainer:
   enable_progress_bar: false
   enable_model_summary: false
 model:
-  d_model: 32
-  n_layers: 1
-  n_heads: 2
-  warmup_steps: 2
+  arch: {d_model: 32, n_layers: 1, n_heads: 2}
+  optim: {warmup_steps: 2}
 data:
-  source: python-sources
-  views: [raw, spm]
-  spm_vocab_size: 512
+  corpus: {source: python-sources, max_documents: 30}
+  views: {names: [raw, spm], spm_vocab_size: 512}
   seq_len: 64
   batch_size: 2
-  max_documents: 30
   val_windows: 4
   num_workers: 0
 """
@@ -74,7 +70,7 @@ def test_fit_writes_checkpoints_metrics_and_config(trained):
 @pytest.mark.slow
 def test_generate_continues_the_prompt(trained, capsys):
     rc, out, _ = run(["generate", "--ckpt", str(trained / "checkpoints" / "last.ckpt"), "--prompt", "def fib(",
-                      "--max-bytes", "16", "--seed", "1"], capsys)
+                      "--max_bytes", "16", "--seed", "1"], capsys)
     assert rc == 0 and out.startswith("def fib(")
 
 
@@ -84,7 +80,7 @@ def test_eval_bpb_counts_every_byte(trained, tmp_path, capsys):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.py").write_bytes(b"def f():\n    pass\n")
     rc, out, _ = run(["eval-bpb", "--ckpt", str(trained / "checkpoints" / "last.ckpt"), "--data", str(tmp_path),
-                      "--seq-len", "32", "--stride", "16"], capsys)
+                      "--seq_len", "32", "--stride", "16"], capsys)
     assert rc == 0
     assert f"over {6 * 30 + 18} bytes in 2 documents (seq_len 32, stride 16)" in out
     assert 0 < float(out.split("bits per byte: ")[1].split()[0]) < 16
@@ -137,9 +133,9 @@ def recipe(tmp_path, monkeypatch) -> Path:
 @pytest.mark.parametrize(
     "override, fragments",
     [
-        (["--data.views", "[raw, gzip]"], ["unknown view 'gzip'"]),
-        (["--model.attn_backend", "flex"], ["unknown model.attn_backend 'flex'", "sdpa, triton, flash_attn"]),
-        (["--model.n_heads", "3"], ["model.d_model (32) must be divisible by model.n_heads (3)"]),
+        (["--data.views.names", "[raw, gzip]"], ["unknown view 'gzip'"]),
+        (["--model.arch.attn_backend", "flex"], ["unknown model.arch.attn_backend 'flex'", "sdpa, triton, flash_attn"]),
+        (["--model.arch.n_heads", "3"], ["model.arch.d_model (32) must be divisible by model.arch.n_heads (3)"]),
         (["--model.compile_mode", "reduce_overhead"], ["model.compile_mode='reduce_overhead'", "reduce-overhead"]),
         (["--data.seq_len", "1"], ["seq_len >= 2"]),
     ],
@@ -152,7 +148,7 @@ def test_fit_bad_values(recipe, capsys, override, fragments):
 def test_fit_config_typo(recipe, capsys):
     recipe.write_text(TINY_RECIPE.replace("d_model:", "d_modle:"))
     rc, _, err = run(["fit", "--config", str(recipe)], capsys)
-    assert_one_line_error(rc, err, "fit", "model.d_modle")
+    assert_one_line_error(rc, err, "fit", "d_modle")
 
 
 def test_fit_missing_config(recipe, capsys):

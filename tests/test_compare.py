@@ -13,16 +13,20 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jsonargparse import ArgumentError
 
-from proxycomp.compare import ARMS, Budget, CompareError, CompareSpec, Comparison, build_spec, parse_arms, plan_arm
-from proxycomp.compare.cli import main as _tool  # tools/compare_baselines.py
-from proxycomp.compare.evaluation import view_bpb
+from proxycomp.cli import main as proxycomp
+from proxycomp.compare import ARMS, Budget, CompareError, CompareSpec, Comparison, parse_arms, plan_arm
+from proxycomp.compare.cli import parse_spec
 from proxycomp.compare.replay import raw_views_seen
-from proxycomp.compare.spec import PRESET_DIR, load_preset, parse_assignment
+from proxycomp.compare.spec import PRESETS
 from proxycomp.compare.stability import compressor_stats, delete_characters, levenshtein
-from proxycomp.data import CorpusError, ProxyDataModule, ReplayStream, ScheduleError, StreamCursor
+from proxycomp.data import (
+    CorpusConfig, CorpusError, MixingSchedule, ProxyDataModule, ReplayStream, ScheduleError, StreamCursor,
+)
 from proxycomp.lit import ProxyLM
 from proxycomp.model import ModelConfig, Transformer
+from proxycomp.scoring import score_documents
 from proxycomp.views import RawView, ViewConfig, serialize_views, train_spm
 from proxycomp.vocab import BOS, RAW_OFFSET, RAW_SIZE, SENTINELS
 
@@ -101,7 +105,7 @@ def test_every_arm_spends_the_budget_to_within_one_step(unit):
 
 def test_the_plan_counts_the_flops_proxylm_logs():
     plan = plan_arm(ARMS["proxy_zstd"], Budget(1e10), MODEL, 64, 4, 500)
-    lm = ProxyLM(vocab_size=plan.vocab_size, max_seq_len=64, **MODEL)
+    lm = ProxyLM(ModelConfig(vocab_size=plan.vocab_size, max_seq_len=64, **MODEL))
     assert lm.flops_per_symbol == plan.flops_per_symbol
 
 
@@ -129,16 +133,20 @@ def test_token_bpb_counts_every_target_after_the_prompt(corpus_dir):
     with torch.no_grad():
         logits = model(ids[None, :-1])[0]
     nats = torch.nn.functional.cross_entropy(logits[1:], ids[2:], reduction="sum")  # target 0 is the given <spm>
-    result = view_bpb(model, [doc], view, seq_len=4096, stride=4096)
+    result = score_documents(model, [doc], seq_len=4096, stride=4096, view=view)
     assert result.bytes == len(doc)
     assert result.bits_per_byte == pytest.approx(float(nats) / math.log(2) / len(doc), rel=1e-5)
 
 
 # ---- data: tokens schedule, replay stream -------------------------------------------------------------------
-def _dm(corpus_dir: Path, tmp_path: Path, **overrides) -> ProxyDataModule:
-    args = dict(source="folder", path=str(corpus_dir), views=["raw", "spm"], spm_vocab_size=400, seq_len=64,
-                batch_size=2, total_steps=20, val_fraction=0.1, num_workers=0, artifacts_dir=str(tmp_path / "art"))
-    return ProxyDataModule(**{**args, **overrides})
+def _dm(corpus_dir: Path, tmp_path: Path, views=("raw", "spm"), schedule="paper", spm_model_file=None,
+        **overrides) -> ProxyDataModule:
+    args = dict(seq_len=64, batch_size=2, num_workers=0, artifacts_dir=str(tmp_path / "art"))
+    return ProxyDataModule(
+        CorpusConfig("folder", str(corpus_dir), val_fraction=0.1),
+        ViewConfig(tuple(views), spm_vocab_size=400, spm_model_file=spm_model_file),
+        MixingSchedule(schedule, total_steps=20), **{**args, **overrides},
+    )
 
 
 def test_tokens_schedule_shows_only_the_compressed_view(corpus_dir, tmp_path):
@@ -205,49 +213,48 @@ def test_replay_collects_every_raw_symbol_the_proxy_stream_showed(corpus_dir, tm
 
 # ---- specs and the tool -------------------------------------------------------------------------------------
 def test_presets_parse_and_bad_fields_are_named(tmp_path):
-    presets = sorted(PRESET_DIR.glob("*.yaml"))
-    assert {p.stem for p in presets} >= {"cpu_smoke", "h200_small", "h200_base"}
+    presets = sorted(p.name.removesuffix(".yaml") for p in PRESETS.iterdir() if p.name.endswith(".yaml"))
+    assert set(presets) >= {"cpu_smoke", "h200_small", "h200_base"}
     for preset in presets:
-        build_spec(str(preset), {})
+        assert isinstance(parse_spec(["--preset", preset, "--out", "o"])[0].corpus, CorpusConfig)
     bad = tmp_path / "bad.yaml"
     bad.write_text("budget: 1e9\nlayers: 3\n")
-    with pytest.raises(CompareError, match="bad.yaml: unknown field.*layers"):
-        load_preset(str(bad))
+    with pytest.raises(ArgumentError, match="layers"):
+        parse_spec(["--preset", str(bad), "--out", "o"])
     with pytest.raises(CompareError, match="no file"):
-        load_preset("h100_huge")
-    assert parse_assignment("max_documents=null") == ("max_documents", None)
-    assert parse_assignment("budget=3") == ("budget", 3.0)
-    assert parse_assignment("budget=5e15") == ("budget", 5e15)  # YAML 1.1 reads this as a string
-    with pytest.raises(CompareError, match="expected"):
-        parse_assignment("lr=fast")
-    with pytest.raises(CompareError, match="expected"):
-        parse_assignment("seq_len=long")
+        parse_spec(["--preset", "h100_huge", "--out", "o"])
+    assert parse_spec(["--corpus.max_documents", "null", "--out", "o"])[0].corpus.max_documents is None
+    assert parse_spec(["--budget", "3", "--out", "o"])[0].budget == 3.0
+    assert parse_spec(["--budget", "5e15", "--out", "o"])[0].budget == 5e15
+    for flag, value in (("--lr", "fast"), ("--seq_len", "long")):
+        with pytest.raises(ArgumentError, match=flag.lstrip("-")):
+            parse_spec([flag, value, "--out", "o"])
     with pytest.raises(CompareError, match="model_size"):
         CompareSpec(model_size="huge")
 
 
-def test_tool_reports_bad_input_in_one_line(tmp_path, capsys):
+def test_compare_reports_bad_input_in_one_line(tmp_path, capsys):
     cases = [
         (["--arms", "byte,gzip"], "unknown"),
         (["--budget", "0"], "positive"),
         (["--arms", "raw_subset"], "add proxy_spm"),
         (["--preset", "nope"], "known presets"),
-        (["--set", "seq_len=x"], "expected"),
-        (["--source", "folder", "--arms", "byte"], "needs data.path"),  # an error of the data layer
+        (["--seq_len", "x"], "seq_len"),
+        (["--corpus.source", "folder", "--arms", "byte"], "needs data.corpus.path"),  # an error of the data layer
     ]
     for extra, message in cases:
-        assert _tool(["--out", str(tmp_path / "o"), *extra]) == 2
+        assert proxycomp(["compare", "--out", str(tmp_path / "o"), *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()  # progress lines may come first
-        assert message in err[-1] and err[-1].startswith("compare_baselines: error:")
+        assert message in err[-1] and err[-1].startswith("proxycomp compare: error:")
         assert not any("Traceback" in line for line in err)
-    assert _tool(["--out", str(tmp_path / "o"), "--preset", "h200_base", "--dry-run"]) == 0
+    assert proxycomp(["compare", "--out", str(tmp_path / "o"), "--preset", "h200_base", "--dry_run"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 6 and all("steps" in line for line in lines[:5]) and "raw_subset" in lines[5]
-    # --set overrides the preset; an unset flag (--budget here) does not undo it
-    assert _tool(["--out", str(tmp_path / "o"), "--preset", "h200_base", "--set", "budget=6e15", "--arms", "byte",
-                  "--dry-run"]) == 0
+    # a flag overrides the preset
+    assert proxycomp(["compare", "--out", str(tmp_path / "o"), "--preset", "h200_base", "--budget", "6e15",
+                      "--arms", "byte", "--dry_run"]) == 0
     assert "357 steps" in capsys.readouterr().out  # 6e15 / (2.56e8 FLOPs x 65,536 symbols per step)
-    assert _tool(["--out", str(tmp_path / "o"), "--resume-from", str(tmp_path / "none")]) == 2
+    assert proxycomp(["compare", "--out", str(tmp_path / "o"), "--resume_from", str(tmp_path / "none")]) == 2
     assert "no results.json" in capsys.readouterr().err
 
 
@@ -280,9 +287,10 @@ class InterruptedComparison(Comparison):
 @pytest.mark.slow
 def test_cpu_smoke_of_every_arm_at_equal_budget_with_resume(corpus_dir, tmp_path, capsys):
     torch_threads = torch.get_num_threads()
-    spec = build_spec("cpu_smoke", {"source": "folder", "path": str(corpus_dir), "budget": 1.5e10,
-                                   "curve_points": 3, "curve_max_bytes": 6000, "eval_max_bytes": 12000,
-                                   "stats_documents": 4, "stats_max_doc_bytes": 4000})
+    spec, _ = parse_spec(["--preset", "cpu_smoke", "--out", "o", "--corpus.source", "folder",
+                          "--corpus.path", str(corpus_dir), "--budget", "1.5e10", "--curve_points", "3",
+                          "--curve_max_bytes", "6000", "--eval_max_bytes", "12000", "--stats_documents", "4",
+                          "--stats_max_doc_bytes", "4000"])
     try:
         out = tmp_path / "full"
         results = Comparison(spec, out).run(list(ARMS.values()))

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from proxycomp.data import CorpusError, load_corpus
+from proxycomp.data import CorpusConfig, CorpusError, load_corpus
 
 
 def text(i: int, size: int = 300) -> str:
@@ -28,7 +28,7 @@ def folder(tmp_path):
 
 
 def test_folder_filters_deduplicates_and_reports(folder):
-    c = load_corpus("folder", str(folder), min_bytes=200, max_bytes=1000, val_fraction=0.2)
+    c = load_corpus(CorpusConfig("folder", str(folder), min_bytes=200, max_bytes=1000, val_fraction=0.2))
     r = c.report
     assert (r.seen, r.kept, r.duplicates, r.too_small, r.too_large) == (33, 30, 1, 1, 1)
     assert r.duplicate_bytes == 300 and r.kept_bytes == 30 * 300
@@ -41,54 +41,55 @@ def test_folder_filters_deduplicates_and_reports(folder):
 
 def test_split_is_deterministic_and_seed_dependent(folder):
     def val_names(seed):
-        return sorted(d.name for d in load_corpus("folder", str(folder), max_bytes=1000, seed=seed, val_fraction=0.3).val)
+        config = CorpusConfig("folder", str(folder), max_bytes=1000, val_fraction=0.3)
+        return sorted(d.name for d in load_corpus(config, seed=seed).val)
 
     assert val_names(0) == val_names(0)
     assert any(val_names(0) != val_names(s) for s in (1, 2, 3))
 
 
 def test_max_documents_is_a_deterministic_sample(folder):
-    a = load_corpus("folder", str(folder), max_bytes=1000, max_documents=10)
-    b = load_corpus("folder", str(folder), max_bytes=1000, max_documents=10)
+    a = load_corpus(CorpusConfig("folder", str(folder), max_bytes=1000, max_documents=10))
+    b = load_corpus(CorpusConfig("folder", str(folder), max_bytes=1000, max_documents=10))
     assert a.report.kept == 10 and [d.name for d in a.train] == [d.name for d in b.train]
 
 
 def test_invalid_utf8_errors_by_default_and_is_counted_when_skipped(folder):
     (folder / "d1" / "latin1.py").write_bytes(b"caf\xe9 = 1\n" * 40)
-    with pytest.raises(CorpusError, match=r"d1/latin1.py: not valid UTF-8 at byte 3; .*on_invalid_utf8='skip'"):
-        load_corpus("folder", str(folder), max_bytes=1000)
-    c = load_corpus("folder", str(folder), max_bytes=1000, on_invalid_utf8="skip")
+    with pytest.raises(CorpusError, match=r"d1/latin1.py: not valid UTF-8 at byte 3; .*data.corpus.on_invalid_utf8=skip"):
+        load_corpus(CorpusConfig("folder", str(folder), max_bytes=1000))
+    c = load_corpus(CorpusConfig("folder", str(folder), max_bytes=1000, on_invalid_utf8="skip"))
     assert c.report.invalid_utf8 == 1 and c.report.kept == 30
 
 
 def test_jsonl_and_its_errors(tmp_path):
     good = tmp_path / "good.jsonl"
     good.write_text("\n".join(json.dumps({"content": text(i)}) for i in range(10)) + "\n")
-    c = load_corpus("jsonl", str(good), text_field="content")
+    c = load_corpus(CorpusConfig("jsonl", str(good), text_field="content"))
     assert c.report.kept == 10 and c.train[0].name.startswith(str(good))
-    with pytest.raises(CorpusError, match=r"good.jsonl:1: no field 'text'; set data.text_field"):
-        load_corpus("jsonl", str(good))
+    with pytest.raises(CorpusError, match=r"good.jsonl:1: no field 'text'; set data.corpus.text_field"):
+        load_corpus(CorpusConfig("jsonl", str(good)))
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"text": text(1)}) + "\n{not json\n")
     with pytest.raises(CorpusError, match=r"bad.jsonl:2: not a JSON object"):
-        load_corpus("jsonl", str(bad))
+        load_corpus(CorpusConfig("jsonl", str(bad)))
     typed = tmp_path / "typed.jsonl"
     typed.write_text(json.dumps({"text": 5}) + "\n")
     with pytest.raises(CorpusError, match=r"typed.jsonl:1: field 'text' holds int"):
-        load_corpus("jsonl", str(typed))
+        load_corpus(CorpusConfig("jsonl", str(typed)))
 
 
 def test_parquet_and_missing_column(tmp_path):
     pq.write_table(pa.table({"text": [text(i) for i in range(10)], "n": list(range(10))}), tmp_path / "a.parquet")
-    assert load_corpus("parquet", str(tmp_path)).report.kept == 10
+    assert load_corpus(CorpusConfig("parquet", str(tmp_path))).report.kept == 10
     with pytest.raises(CorpusError, match=r"a.parquet: no column 'body' \(columns: text, n\)"):
-        load_corpus("parquet", str(tmp_path / "a.parquet"), text_field="body")
+        load_corpus(CorpusConfig("parquet", str(tmp_path / "a.parquet"), text_field="body"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(CorpusError, match=r"no \*.parquet file under"):
-        load_corpus("parquet", str(tmp_path / "empty"))
+        load_corpus(CorpusConfig("parquet", str(tmp_path / "empty")))
     (tmp_path / "empty" / "broken.parquet").write_bytes(b"not parquet")
     with pytest.raises(CorpusError, match=r"broken.parquet: not a readable parquet file"):
-        load_corpus("parquet", str(tmp_path / "empty"))
+        load_corpus(CorpusConfig("parquet", str(tmp_path / "empty")))
 
 
 @pytest.mark.slow
@@ -96,13 +97,13 @@ def test_hf_dataset_from_disk(tmp_path):
     import datasets
 
     datasets.Dataset.from_dict({"text": [text(i) for i in range(10)]}).save_to_disk(str(tmp_path / "ds"))
-    assert load_corpus("hf", str(tmp_path / "ds")).report.kept == 10
+    assert load_corpus(CorpusConfig("hf", str(tmp_path / "ds"))).report.kept == 10
     with pytest.raises(CorpusError, match=r"no column 'code' \(columns: text\)"):
-        load_corpus("hf", str(tmp_path / "ds"), text_field="code")
+        load_corpus(CorpusConfig("hf", str(tmp_path / "ds"), text_field="code"))
 
 
 def test_python_sources_split_by_package(tmp_path):
-    c = load_corpus(max_documents=150, val_fraction=0.1)
+    c = load_corpus(CorpusConfig(max_documents=150, val_fraction=0.1))
     assert c.report.kept == 150 and c.report.val > 0
     val_groups = {d.group for d in c.val}
     assert val_groups == set(c.report.val_groups)
@@ -117,7 +118,7 @@ FOLDER = object()  # stands for the `folder` fixture's path in the table below
     ("kwargs", "message"),
     [
         (dict(source="web"), "unknown corpus source 'web'; known: python-sources, folder, jsonl, parquet, hf"),
-        (dict(source="folder"), "needs data.path"),
+        (dict(source="folder"), "needs data.corpus.path"),
         (dict(source="folder", path="/no/such/dir"), "corpus path /no/such/dir does not exist"),
         (dict(source="folder", path=FOLDER, glob="*.rs"), "matches glob '\\*.rs'"),
         (dict(source="folder", path=FOLDER, min_bytes=10_000, max_bytes=20_000), "is empty after filtering"),
@@ -131,10 +132,10 @@ def test_input_errors(folder, kwargs, message):
     if kwargs.get("path") is FOLDER:
         kwargs = {**kwargs, "path": str(folder)}
     with pytest.raises(CorpusError, match=message):
-        load_corpus(**kwargs)
+        load_corpus(CorpusConfig(**kwargs))
 
 
 def test_a_single_group_cannot_be_split(tmp_path):
     (tmp_path / "one.py").write_text(text(1))
     with pytest.raises(CorpusError, match="single split group"):
-        load_corpus("folder", str(tmp_path))
+        load_corpus(CorpusConfig("folder", str(tmp_path)))

@@ -7,8 +7,9 @@ import lightning as L
 import pytest
 import torch
 
-from proxycomp.data import DataStateError, ProxyDataModule
+from proxycomp.data import CorpusConfig, DataStateError, MixingSchedule, ProxyDataModule
 from proxycomp.data.datamodule import MANIFEST_FILE, SPM_MODEL_FILE
+from proxycomp.views import ViewConfig
 from proxycomp.vocab import NUM_SPECIALS, RAW_OFFSET, RAW_SIZE, Vocabulary
 
 CODE = """def function_{i}(value, other={i}):
@@ -32,13 +33,13 @@ def corpus_dir(tmp_path_factory):
     return root
 
 
-def make_dm(corpus_dir, tmp_path, **overrides) -> ProxyDataModule:
-    args = dict(
-        source="folder", path=str(corpus_dir), views=["raw", "spm", "zstd"], spm_vocab_size=400, seq_len=64,
-        batch_size=2, total_steps=8, val_fraction=0.2, num_workers=0, artifacts_dir=str(tmp_path / "art"), seed=1,
+def make_dm(corpus_dir, tmp_path, views=("raw", "spm", "zstd"), schedule="paper", total_steps=8,
+            **overrides) -> ProxyDataModule:
+    args = dict(seq_len=64, batch_size=2, num_workers=0, artifacts_dir=str(tmp_path / "art"), seed=1)
+    return ProxyDataModule(
+        CorpusConfig("folder", str(corpus_dir), val_fraction=0.2), ViewConfig(tuple(views), spm_vocab_size=400),
+        MixingSchedule(schedule, total_steps=total_steps), **{**args, **overrides},
     )
-    args.update(overrides)
-    return ProxyDataModule(**args)
 
 
 def test_vocabulary_is_known_before_setup(corpus_dir, tmp_path):

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from proxycomp.data import CURSOR_KEY, MixingSchedule, ProxyDataModule, ReplayStream, TrainStream
+from proxycomp.data import CURSOR_KEY, CorpusConfig, MixingSchedule, ProxyDataModule, ReplayStream, TrainStream
 from proxycomp.data.corpus import CorpusError
 from proxycomp.data.datamodule import DataStateError
 from proxycomp.gym_bridge import EvalConfig, LocalPool
@@ -81,9 +81,9 @@ def ddp_datamodule(tmp_path):
         (tmp_path / f"pkg{i % 6}" / f"m{i}.py").write_bytes(doc * 3)
 
     def make(**overrides) -> ProxyDataModule:
-        args = dict(source="folder", path=str(tmp_path), views=["raw", "zstd"], seq_len=32, batch_size=2,
-                    val_fraction=0.3, min_bytes=10, num_workers=0, artifacts_dir=str(tmp_path / "art"))
-        dm = ProxyDataModule(**{**args, **overrides})
+        args = dict(seq_len=32, batch_size=2, num_workers=0, artifacts_dir=str(tmp_path / "art"))
+        corpus = CorpusConfig("folder", str(tmp_path), val_fraction=0.3, min_bytes=10)
+        dm = ProxyDataModule(corpus, ViewConfig(("raw", "zstd")), **{**args, **overrides})
         dm.trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False)
         dm.setup("fit")
         return dm
@@ -124,14 +124,13 @@ checkpoint:
   monitor: null
   save_top_k: -1
   every_n_train_steps: 2
-model: {{d_model: 32, n_layers: 1, n_heads: 2, lr: 3.0e-3, warmup_steps: 2}}
+model:
+  arch: {{d_model: 32, n_layers: 1, n_heads: 2}}
+  optim: {{lr: 3.0e-3, warmup_steps: 2}}
 data:
-  source: python-sources
-  views: [raw, spm]
-  spm_vocab_size: 400
+  corpus: {{source: python-sources, max_bytes: 3000, max_documents: 60}}
+  views: {{names: [raw, spm], spm_vocab_size: 400}}
   seq_len: 96
-  max_bytes: 3000
-  max_documents: 60
   val_windows: 5
   num_workers: 1
 """

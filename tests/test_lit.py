@@ -2,23 +2,27 @@ import copy
 import math
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from proxycomp.checkpoint import AtomicCheckpointIO, CheckpointError, load_lm
-from proxycomp.evaluate import IGNORE, evaluate_bpb, sliding_windows, symbol_nats
-from proxycomp.lit import ProxyLM, warmup_cosine
-from proxycomp.model import ModelConfigError
+from proxycomp.lit import OptimConfig, ProxyLM, warmup_cosine
+from proxycomp.losses import symbol_nats
+from proxycomp.model import ModelConfig, ModelConfigError
+from proxycomp.scoring import score_documents, sliding_windows
 from proxycomp.views import RawView
 from proxycomp.vocab import BOS, EOS, RAW_OFFSET, SENTINELS, Vocabulary, is_raw_byte
 
 VOCAB = Vocabulary((("spm", 16),))
 SEQ = 32
-TINY = dict(
-    vocab_size=VOCAB.size, d_model=32, n_layers=1, n_heads=2, ffn_hidden=64, max_seq_len=SEQ,
-    warmup_steps=2, lr=3e-3, vocabulary=VOCAB.to_dict(),
-)
+ARCH = dict(vocab_size=VOCAB.size, d_model=32, n_layers=1, n_heads=2, ffn_hidden=64, max_seq_len=SEQ)
+
+
+def tiny_lm(compile: bool = False, compile_mode: str = "default", **arch) -> ProxyLM:
+    return ProxyLM(ModelConfig(**{**ARCH, **arch}), OptimConfig(warmup_steps=2, lr=3e-3), compile, compile_mode,
+                   VOCAB.to_dict())
 
 
 class PackedWindows(Dataset):
@@ -105,7 +109,7 @@ def test_warmup_cosine_schedule():
 
 
 def test_loss_is_logged_per_vocabulary_range():
-    lm = ProxyLM(**TINY)
+    lm = tiny_lm()
     before = copy.deepcopy(lm.model)
     data = SyntheticData()
     trainer = quiet_trainer(max_steps=1)
@@ -123,7 +127,7 @@ def test_loss_is_logged_per_vocabulary_range():
 
 def test_throughput_is_logged_as_host_tensors(monkeypatch):
     """A Python number passed to self.log becomes a device tensor by a blocking copy (a GPU sync every step)."""
-    lm = ProxyLM(**TINY)
+    lm = tiny_lm()
     logged: dict[str, object] = {}
     monkeypatch.setattr(lm, "log", lambda name, value, **kwargs: logged.__setitem__(name, value))
     lm._log_throughput(64)
@@ -154,7 +158,7 @@ class NoSyncAfterWarmup(L.Callback):
 def test_training_logs_nothing_lightning_converts_every_batch():
     """Lightning turns progress-bar metrics into Python numbers after every batch: a GPU sync per step."""
     trainer = quiet_trainer(max_steps=2)
-    trainer.fit(ProxyLM(**TINY), SyntheticData())
+    trainer.fit(tiny_lm(), SyntheticData())
     assert "train/loss" in trainer.callback_metrics
     assert not [name for name in trainer.progress_bar_metrics if name.startswith(("train/", "perf/"))]
 
@@ -168,7 +172,7 @@ def test_optimizer_steps_never_wait_for_the_gpu(attn_backend, compile_mode):
     backward, clipping, fused AdamW, the loop's own work), eager and compiled: the host can queue the next step
     while the GPU works."""
     torch._dynamo.reset()
-    lm = ProxyLM(**{**TINY, "attn_backend": attn_backend}, compile=compile_mode is not None,
+    lm = tiny_lm(attn_backend=attn_backend, compile=compile_mode is not None,
                  compile_mode=compile_mode or "default")
     strict = NoSyncAfterWarmup(warmup=3)
     trainer = quiet_trainer(accelerator="cuda", devices=1, precision="bf16-mixed", max_steps=6,
@@ -192,7 +196,7 @@ def test_cuda_graph_mode_trains_like_plain_compile():
         torch._dynamo.reset()
         counters.clear()
         torch.manual_seed(0)
-        lm = ProxyLM(**{**TINY, "attn_backend": "triton"}, compile=True, compile_mode=mode)
+        lm = tiny_lm(attn_backend="triton", compile=True, compile_mode=mode)
         recorder = LossRecorder()
         trainer = quiet_trainer(accelerator="cuda", devices=1, precision="bf16-mixed", max_steps=5,
                                 gradient_clip_val=1.0, callbacks=[recorder], limit_val_batches=1)
@@ -207,14 +211,14 @@ def test_cuda_graph_mode_trains_like_plain_compile():
 def test_compile_mode_reaches_torch_compile(monkeypatch):
     seen = {}
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: seen.update(kwargs) or fn)
-    ProxyLM(**TINY, compile=True, compile_mode="reduce-overhead")
+    tiny_lm(compile=True, compile_mode="reduce-overhead")
     assert seen == {"mode": "reduce-overhead"}
 
 
 def test_compiled_step_puts_the_model_and_its_loss_in_one_graph(graph_recorder):
     """compile_step: the graph that ends in the output head also computes the cross-entropy, and gives the eager
     nats and gradients."""
-    lm = ProxyLM(**TINY)
+    lm = tiny_lm()
     batch = next(iter(DataLoader(PackedWindows(2, seed=3), batch_size=2)))
     eager = lm.batch_nats(batch)
     eager.sum().backward()
@@ -232,7 +236,7 @@ def test_compiled_step_puts_the_model_and_its_loss_in_one_graph(graph_recorder):
 
 def test_an_unknown_compile_mode_is_rejected_with_the_choices():
     with pytest.raises(ModelConfigError, match=r"compile_mode='reduce_overhead'.*reduce-overhead"):
-        ProxyLM(**TINY, compile=True, compile_mode="reduce_overhead")
+        tiny_lm(compile=True, compile_mode="reduce_overhead")
 
 
 class GradNormAfterStep(L.Callback):
@@ -252,7 +256,7 @@ class GradNormAfterStep(L.Callback):
 
 @pytest.mark.parametrize("algorithm", ["norm", "value"])
 def test_fused_adamw_and_gradients_are_clipped(algorithm):
-    lm = ProxyLM(**TINY)
+    lm = tiny_lm()
     seen = GradNormAfterStep()
     trainer = quiet_trainer(max_steps=3, gradient_clip_val=1e-3, gradient_clip_algorithm=algorithm, callbacks=[seen])
     trainer.fit(lm, SyntheticData())
@@ -261,12 +265,12 @@ def test_fused_adamw_and_gradients_are_clipped(algorithm):
     assert len(clipped) == 2 and all(0 < x <= 1e-3 * (1 + 1e-4) for x in clipped)
     # Unclipped, the same model's gradients are far larger: the bound above is not met by accident.
     free = GradNormAfterStep()
-    quiet_trainer(max_steps=2, callbacks=[free]).fit(ProxyLM(**TINY), SyntheticData())
+    quiet_trainer(max_steps=2, callbacks=[free]).fit(tiny_lm(), SyntheticData())
     assert free.norms[0] > 0.1 and free.max_abs[0] > 0.01
 
 
 def test_a_view_absent_from_the_batch_logs_nan():
-    lm = ProxyLM(**TINY)
+    lm = tiny_lm()
     trainer = quiet_trainer(max_steps=1)
 
     class RawOnly(SyntheticData):
@@ -312,7 +316,7 @@ def test_val_bpb_is_bits_per_raw_byte_over_all_batches():
     p2 = torch.tensor([[0.01, 0.25, 0.5, 0.5, 0.5]])
     batches = [{"input_ids": torch.zeros_like(t), "targets": t, "positions": torch.zeros_like(t),
                 "doc_ids": torch.zeros_like(t)} for t in (t1, t2)]
-    lm = ProxyLM(**TINY)
+    lm = tiny_lm()
     lm.model = FixedLogits([logits_giving(t1, p1, v), logits_giving(t2, p2, v)])
     metrics = quiet_trainer(limit_val_batches=1.0).validate(lm, DataLoader(batches, batch_size=None), verbose=False)[0]
     assert metrics["val/bpb"] == pytest.approx((3 * 1 + 2) / 4, rel=1e-5)  # not the mean of batch means (1.5)
@@ -323,7 +327,7 @@ def test_val_bpb_is_bits_per_raw_byte_over_all_batches():
 
 def test_validate_then_fit_then_validate(tmp_path):
     # The demo's order: validate() runs under inference_mode, fit's own val loop then adds to fresh sums.
-    lm, data = ProxyLM(**TINY), SyntheticData()
+    lm, data = tiny_lm(), SyntheticData()
     trainer = quiet_trainer(max_steps=4, limit_val_batches=1.0, val_check_interval=2, default_root_dir=tmp_path)
     before = trainer.validate(lm, data, verbose=False)[0]["val/bpb"]
     trainer.fit(lm, data)
@@ -334,23 +338,23 @@ def test_validate_then_fit_then_validate(tmp_path):
 def test_resume_continues_the_same_loss_curve(tmp_path):
     straight = LossRecorder()
     L.seed_everything(0)
-    quiet_trainer(max_steps=6, callbacks=[straight]).fit(ProxyLM(**TINY), SyntheticData())
+    quiet_trainer(max_steps=6, callbacks=[straight]).fit(tiny_lm(), SyntheticData())
 
     first, second = LossRecorder(), LossRecorder()
     L.seed_everything(0)
     half = quiet_trainer(max_steps=6, callbacks=[first, StopAfter(3)], plugins=[AtomicCheckpointIO()])
-    half.fit(ProxyLM(**TINY), SyntheticData())
+    half.fit(tiny_lm(), SyntheticData())
     ckpt = tmp_path / "half.ckpt"
     half.save_checkpoint(ckpt)
     assert not list(tmp_path.glob(".*tmp*"))
-    quiet_trainer(max_steps=6, callbacks=[second]).fit(ProxyLM(**TINY), SyntheticData(), ckpt_path=ckpt)
+    quiet_trainer(max_steps=6, callbacks=[second]).fit(tiny_lm(), SyntheticData(), ckpt_path=ckpt)
 
     assert len(straight.losses) == 6 and len(first.losses) == len(second.losses) == 3
     torch.testing.assert_close(torch.tensor(first.losses + second.losses), torch.tensor(straight.losses), atol=1e-5, rtol=0)
 
 
 def test_checkpoint_carries_the_vocabulary(tmp_path):
-    lm = ProxyLM(**TINY)
+    lm = tiny_lm()
     trainer = quiet_trainer(max_steps=1)
     trainer.fit(lm, SyntheticData())
     trainer.save_checkpoint(tmp_path / "m.ckpt")
@@ -373,24 +377,24 @@ def test_load_lm_errors_are_one_line(tmp_path):
 
 
 def test_vocab_size_smaller_than_the_vocabulary_is_rejected():
-    with pytest.raises(ModelConfigError, match=r"model.vocab_size \(320\) is smaller than the vocabulary \(336 ids\)"):
-        ProxyLM(**{**TINY, "vocab_size": 320})
+    with pytest.raises(ModelConfigError, match=r"model.arch.vocab_size \(320\) is smaller than the vocabulary \(336 ids\)"):
+        tiny_lm(vocab_size=320)
 
 
 def test_sliding_windows_score_every_target_once_with_bounded_context():
-    symbols = list(range(100, 123))  # 23 symbols, 22 targets
+    symbols = np.arange(100, 123)  # 23 symbols, 22 targets; the first (<open> after <bos>) is the prompt's
     windows = list(sliding_windows(symbols, seq_len=8, stride=3))
-    scored = [t for _, targets in windows for t in targets if t != IGNORE]
-    assert scored == symbols[1:]
-    for inputs, targets in windows:
-        assert len(inputs) == len(targets) <= 8
-    assert windows[1][1][:5] == [IGNORE] * 5  # the second window starts 3 later; its first 5 targets were scored
+    scored = [int(t) for piece, start in windows for t in piece[1 + start:]]
+    assert scored == symbols[2:].tolist()
+    for piece, _ in windows:
+        assert len(piece) - 1 <= 8  # inputs (the piece's last symbol is only a target)
+    assert windows[1][1] == 5  # the second window starts 3 later; its first 5 targets were scored
 
 
-def test_evaluate_bpb_matches_a_direct_computation_and_counts_every_byte():
-    lm = ProxyLM(**{**TINY, "max_seq_len": 64})
+def test_score_documents_matches_a_direct_computation_and_counts_every_byte():
+    lm = tiny_lm(max_seq_len=64)
     docs = [b"def f(x):\n    return x\n", b"print('hi')\n", bytes(range(200, 240))]
-    result = evaluate_bpb(lm.model, docs, seq_len=64, stride=32, batch_size=2)
+    result = score_documents(lm.model, docs, seq_len=64, stride=32, batch_size=2)
     assert result.bytes == sum(map(len, docs)) and result.documents == 3
     bits = 0.0
     for doc in docs:  # each fits one window: score it alone
@@ -400,10 +404,10 @@ def test_evaluate_bpb_matches_a_direct_computation_and_counts_every_byte():
         bits += float(nats[is_raw_byte(ids[0, 1:])].sum()) / math.log(2)
     assert result.bits_per_byte == pytest.approx(bits / result.bytes, rel=1e-5)
     # Short windows only change how much context each byte sees, not which bytes count.
-    assert evaluate_bpb(lm.model, docs, seq_len=16, stride=5).bytes == result.bytes
+    assert score_documents(lm.model, docs, seq_len=16, stride=5).bytes == result.bytes
 
 
 @pytest.mark.parametrize("field, value", [("lr", 0.0), ("warmup_steps", -1), ("min_lr_ratio", 1.5)])
 def test_bad_optimizer_settings_are_rejected(field, value):
-    with pytest.raises(ModelConfigError, match="need model.lr > 0"):
-        ProxyLM(**{**TINY, field: value})
+    with pytest.raises(ModelConfigError, match="need model.optim.lr > 0"):
+        OptimConfig(**{field: value})

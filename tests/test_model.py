@@ -209,11 +209,11 @@ def test_flops_per_symbol_on_a_hand_computed_config():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(attn_backend="flex"), "unknown model.attn_backend 'flex'; valid: sdpa, triton, flash_attn"),
-        (dict(embed_backend="cuda"), "unknown model.embed_backend 'cuda'; valid: torch, triton"),
-        (dict(d_model=30), "must be divisible by model.n_heads"),
-        (dict(n_kv_heads=3), "multiple of model.n_kv_heads"),
-        (dict(n_layers=0), "model.n_layers must be positive"),
+        (dict(attn_backend="flex"), "unknown model.arch.attn_backend 'flex'; valid: sdpa, triton, flash_attn"),
+        (dict(embed_backend="cuda"), "unknown model.arch.embed_backend 'cuda'; valid: torch, triton"),
+        (dict(d_model=30), "must be divisible by model.arch.n_heads"),
+        (dict(n_kv_heads=3), "multiple of model.arch.n_kv_heads"),
+        (dict(n_layers=0), "model.arch.n_layers must be positive"),
     ],
 )
 def test_config_errors_name_the_field(overrides, message):

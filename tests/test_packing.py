@@ -7,9 +7,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from proxycomp.data import (
-    CURSOR_KEY, IGNORE_INDEX, MixingSchedule, ScheduleError, StreamCursor, TrainStream, ValWindows, choose_views,
+    CURSOR_KEY, MixingSchedule, ScheduleError, StreamCursor, TrainStream, ValWindows, choose_views,
     compressed_only_probability, pack_window,
 )
+from proxycomp.losses import IGNORE_INDEX
 from proxycomp.views import ViewConfig
 from proxycomp.vocab import BOS, EOS, PAD, SENTINELS
 
@@ -55,6 +56,10 @@ def test_pack_window_ids_positions_and_ignored_targets():
     assert w["positions"].tolist() == [0, 1, 2, 0, 1, 2, 3, 0, 1, 0]
     x = IGNORE_INDEX
     assert w["targets"].tolist() == [8, 9, x, 5, 6, 2, x, 3, x, x]
+    # scored_from leaves a piece's first targets unscored (a prompt, or what an earlier window scored)
+    pieces = [np.array([7, 8, 9]), np.array([1, 5, 6, 2]), np.array([1, 3])]
+    w = pack_window(pieces, seq_len=10, scored_from=[1, 2, 0])
+    assert w["targets"].tolist() == [x, 9, x, x, x, 2, x, 3, x, x]
     with pytest.raises(ValueError, match="more than seq_len"):
         pack_window([np.arange(12)], seq_len=10)
 

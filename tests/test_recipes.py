@@ -1,12 +1,14 @@
 """Every shipped recipe parses and instantiates through the real CLI, with the links applied."""
 import sys
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from proxycomp.cli import build_cli
 
-RECIPES = sorted((Path(__file__).parents[1] / "recipes").glob("*/*.yaml"))
+RECIPES = sorted(Path(str(p)) for group in resources.files("proxycomp.recipes").iterdir() if group.is_dir()
+                 for p in group.iterdir() if p.name.endswith(".yaml"))
 TRAINING = [p for p in RECIPES if p.parent.name in ("pretrain", "smoke")]
 
 
@@ -23,15 +25,15 @@ def test_recipe_parses_and_links(recipe, tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["proxycomp"])  # LightningCLI warns when pytest's own argv is there too
     cli = build_cli(["--config", str(recipe)], run=False)
     data, lm, trainer = cli.datamodule, cli.model, cli.trainer
-    assert lm.hparams.vocab_size == data.vocab_size
+    assert lm.config.vocab_size == data.vocab_size
     assert lm.vocabulary == data.vocabulary
-    assert lm.hparams.max_seq_len == data.hparams.seq_len
-    assert data.hparams.total_steps == trainer.max_steps > 0
-    assert lm.hparams.warmup_steps < trainer.max_steps
+    assert lm.config.max_seq_len == data.seq_len
+    assert data.schedule.total_steps == trainer.max_steps > 0
+    assert lm.optim.warmup_steps < trainer.max_steps
     expected_name = recipe.stem if recipe.parent.name == "pretrain" else f"smoke_{recipe.stem}"
     assert [logger.name for logger in trainer.loggers] == [expected_name, expected_name]
     if recipe.parent.name == "smoke":
-        assert lm.hparams.d_model <= 128 and lm.hparams.n_layers == 2 and data.hparams.max_documents
+        assert lm.config.d_model <= 128 and lm.config.n_layers == 2 and data.corpus_config.max_documents
     else:
         params = sum(p.numel() for p in lm.parameters())
-        assert 25e6 <= params <= 85e6 and data.hparams.seq_len == 2048
+        assert 25e6 <= params <= 85e6 and data.seq_len == 2048

@@ -1,13 +1,11 @@
-"""Byte vs proxy vs tokenizer at equal compute (proxycomp.compare.cli).
+"""Byte vs proxy vs tokenizer at equal compute: `proxycomp compare` (proxycomp.compare.cli).
 
     python tools/compare_baselines.py --preset cpu_smoke --out runs/compare_smoke
-    python tools/compare_baselines.py --budget 2e15 --budget-unit flops \\
-        --arms byte,proxy_spm,proxy_zstd,proxy_brotli,bpe,raw_subset --model-size tiny --out runs/compare
-    python tools/compare_baselines.py --preset h200_small --arms byte --out $OUT/h200_small --work-dir /tmp/pc
+    python tools/compare_baselines.py --preset h200_small --arms byte,proxy_spm,raw_subset,bpe,proxy_zstd --out OUT
 """
 import sys
 
-from proxycomp.compare.cli import main
+from proxycomp.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["compare", *sys.argv[1:]]))

@@ -36,8 +36,8 @@ def main(overrides: list[str]) -> int:
     print(f"\nval bits per raw byte (held-out packages): untrained {untrained:.3f} -> trained {trained:.3f} "
           f"after {trainer.global_step} steps ({time.perf_counter() - start:.0f} s)")
     print(f"run folder: {trainer.log_dir}\ncheckpoint: {checkpoint}\n\nsample (temperature 0.7):")
-    status = proxycomp(["generate", "--ckpt", checkpoint, "--prompt", "def fib(", "--max-bytes", "200",
-                        "--temperature", "0.7", "--top-p", "0.95", "--seed", "0"])
+    status = proxycomp(["generate", "--ckpt", checkpoint, "--prompt", "def fib(", "--max_bytes", "200",
+                        "--temperature", "0.7", "--top_p", "0.95", "--seed", "0"])
     if trained >= untrained:
         print("demo: training did not lower bits per byte", file=sys.stderr)
         return 1

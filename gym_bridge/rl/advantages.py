@@ -19,7 +19,6 @@ import torch
 from ._checks import require_2d, require_finite_where, require_same_shape
 from .returns import check_turn_mask
 
-
 # fn(returns, turn_mask, group_ids, **estimator_options) -> advantages
 AdvantageEstimator = Callable[..., torch.Tensor]
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,16 +21,27 @@ from typing import ContextManager, Literal
 
 import torch
 
+from proxycomp.cli import command_parser
+from proxycomp.errors import UserError
+from proxycomp.files import write_atomic
+
 from ..config import SIZES, EvalConfig
 from ..evaluator import Evaluator
 from ..policy import ByteLMPolicy
 from ..pool import LocalPool, timing_lock_path, visible_gpus
-from ..tasks import TaskError, load_task
+from ..tasks import load_task
 from ..timing import DeviceLock
 from .evaluation import EvalRow, EvaluationConfig, evaluate_policy, format_table
 from .rollout import RolloutConfig
 from .trainer import AlgorithmConfig, RLTrainer
-from .warmstart import WarmStartConfig, build_corpus, corpus_examples, load_corpus, save_corpus, warm_start
+from .warmstart import (
+    WarmStartConfig,
+    build_corpus,
+    corpus_examples,
+    load_corpus,
+    save_corpus,
+    warm_start,
+)
 
 USAGE = __doc__.split("\n\n")[1]
 
@@ -90,15 +100,12 @@ class RLConfig:
             raise ValueError(f"max_time_s: must be > 0 seconds (or null for no limit), got {self.max_time_s}")
 
 
-class RLConfigError(ValueError):
+class RLConfigError(UserError):
     """Bad config, paths or command-line flags."""
 
 
 def _parser():
-    from jsonargparse import ArgumentParser
-
-    parser = ArgumentParser(prog="proxycomp rl", description="Multi-turn kernel RL (TRLOO) in the embedded gym.",
-                            exit_on_error=False)
+    parser = command_parser("proxycomp rl", "Multi-turn kernel RL (TRLOO) in the embedded gym.")
     parser.add_argument("--config", action="config", help="a YAML file of RLConfig fields (recipes/rl/*.yaml)")
     parser.add_argument("--ckpt", required=True, help="the initial policy: a .ckpt written by `proxycomp fit`")
     parser.add_argument("--out", default="runs/rl", help="run folder: metrics, checkpoints, corpus, eval tables")
@@ -124,7 +131,7 @@ def parse_config(argv: Sequence[str]) -> tuple[RLConfig, RunArgs]:
 
     parser = _parser()
     try:
-        namespace = parser.instantiate(parser.parse_args(list(argv)))
+        namespace = parser.instantiate_classes(parser.parse_args(list(argv)))
         config = RLConfig(**{f.name: namespace[f.name] for f in dataclasses.fields(RLConfig)})
     except ArgumentError as err:
         raise RLConfigError(" ".join(str(err).split())) from None
@@ -218,7 +225,7 @@ def _before_rl(config: RLConfig, policy: ByteLMPolicy, evaluator, tasks: list, w
     rows = _evaluate(config, policy, evaluator, tasks, "before RL")
     seconds = time.monotonic() - started
     if cache is not None:
-        cache.write_text(json.dumps({"settings": settings, "seconds": seconds, "rows": rows}))
+        write_atomic(cache, json.dumps({"settings": settings, "seconds": seconds, "rows": rows}))
     return rows, seconds
 
 
@@ -238,7 +245,7 @@ def run(config: RLConfig, args: RunArgs) -> int:
     tasks = [load_task(name) for name in config.tasks]
     eval_tasks = [load_task(name) for name in (config.evaluation.tasks or config.tasks)]
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
+    write_atomic(out_dir / "config.json", json.dumps(dataclasses.asdict(config), indent=2))
 
     precision = config.fabric.precision or ("bf16-mixed" if torch.cuda.is_available() else "32-true")
     fabric = Fabric(accelerator=config.fabric.accelerator, devices=1, precision=precision,
@@ -290,7 +297,7 @@ def run(config: RLConfig, args: RunArgs) -> int:
             rows_before = json.loads(before_path.read_text())
         else:
             rows_before, evaluation_s = _before_rl(config, policy, evaluator, eval_tasks, warm_dir)
-            before_path.write_text(json.dumps(rows_before))
+            write_atomic(before_path, json.dumps(rows_before))
         deadline = None
         if config.max_time_s is not None:  # room for the after-RL evaluation: as long as the one before, or a step
             deadline = started + config.max_time_s - (evaluation_s or trainer.longest_step_s)
@@ -301,28 +308,16 @@ def run(config: RLConfig, args: RunArgs) -> int:
             if trainer.step == 0:
                 return 0
         rows_after = _evaluate(config, policy, evaluator, eval_tasks, f"after {trainer.step} steps")
-        (out_dir / "eval_after.json").write_text(json.dumps(rows_after))
+        write_atomic(out_dir / "eval_after.json", json.dumps(rows_after))
     finally:
         pool.close()
     table = format_table([EvalRow(**r) for r in rows_before + rows_after])
-    (out_dir / "eval.md").write_text(table + "\n")
+    write_atomic(out_dir / "eval.md", table + "\n")
     print(table, flush=True)
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def main(argv: Sequence[str]) -> int:
     if not argv:
-        print(USAGE)
-        return 2
-    from proxycomp.checkpoint import CheckpointError
-
-    try:
-        return run(*parse_config(argv))
-    except (RLConfigError, TaskError, CheckpointError) as err:
-        print(f"proxycomp rl: error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        raise RLConfigError(f"--ckpt is required; usage: {USAGE.strip()}")
+    return run(*parse_config(argv))

@@ -31,12 +31,14 @@ import sys
 import time
 from pathlib import Path
 
+from proxycomp.files import write_atomic
+
 STEP_COLUMNS = ("reward/mean", "correct/final", "fast@1.2")
 EVAL_COLUMNS = ("reward/turn0", "reward/final", "correct/final", "fast@1", "fast@1.2")
 
 
 def rl_command(config: Path, ckpt: Path, out: Path, extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "proxycomp.gym_bridge.rl.cli", "--config", str(config), "--ckpt", str(ckpt),
+    return [sys.executable, "-m", "proxycomp.cli", "rl", "--config", str(config), "--ckpt", str(ckpt),
             "--out", str(out), *extra]
 
 
@@ -186,9 +188,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def summarize(out: Path, estimators: list[str]) -> int:
     results = {name: read_run(out / name) for name in estimators}
-    (out / "summary.json").write_text(json.dumps(results, indent=1))
+    write_atomic(out / "summary.json", json.dumps(results, indent=1))
     table = summary_markdown(results)
-    (out / "summary.md").write_text(table + "\n")
+    write_atomic(out / "summary.md", table + "\n")
     if any(r["steps"] for r in results.values()):
         plot_curves(results, out / "rl_curves.png")
     print(f"{table}\n\n{out / 'summary.md'}")

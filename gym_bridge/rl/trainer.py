@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 
+from proxycomp.files import write_atomic
+
 from ..evaluator import Evaluator
 from ..policy import ByteLMPolicy
 from ..result import mean_stages
@@ -233,12 +235,12 @@ class MetricsLog:
             if path.is_file():
                 kept = [line for line in path.read_text().splitlines(keepends=True)
                         if line.strip() and json.loads(line)["step"] <= step]
-                path.write_text("".join(kept))
+                write_atomic(path, "".join(kept))
         if self.csv.is_file():
             lines = self.csv.read_text().splitlines(keepends=True)
             kept = [line for line in lines[1:] if int(line.split(",", 1)[0]) <= step]
             if kept:
-                self.csv.write_text("".join(lines[:1] + kept))
+                write_atomic(self.csv, "".join(lines[:1] + kept))
             else:
                 self.csv.unlink()  # the next write starts it again with its header
 

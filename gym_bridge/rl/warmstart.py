@@ -23,6 +23,9 @@ from pathlib import Path
 
 import torch
 
+from proxycomp.errors import UserError
+from proxycomp.files import write_atomic
+
 from ..config import Candidate
 from ..evaluator import Evaluator
 from ..policy import Policy
@@ -81,10 +84,10 @@ class WarmStartConfig:
 
     def __post_init__(self) -> None:
         if self.steps < 0 or self.batch_size < 1 or self.lr <= 0 or self.log_every < 1:
-            raise ValueError("warmstart: need steps >= 0, batch_size >= 1, lr > 0 and log_every >= 1")
+            raise UserError("warmstart: need steps >= 0, batch_size >= 1, lr > 0 and log_every >= 1")
         for name in ("fix_share", "first_turn_broken_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"warmstart.{name}: must be in [0, 1], got {getattr(self, name)}")
+                raise UserError(f"warmstart.{name}: must be in [0, 1], got {getattr(self, name)}")
 
 
 def reply_text(code: str) -> str:
@@ -128,7 +131,7 @@ def build_corpus(tasks: Sequence[Task], evaluator: Evaluator) -> list[Variant]:
     variants = []
     for task in tasks:
         if task.solution_path is None:
-            raise ValueError(f"warm start: task {task.name!r} has no shipped solution; pick train tasks that do")
+            raise UserError(f"warm start: task {task.name!r} has no shipped solution; pick train tasks that do")
         variants += code_variants(task.name, task.solution_path.read_text())
     paths = {task.name: str(task.path) for task in tasks}
     results = evaluator.submit([Candidate(paths[v.task], v.code, f"{v.task}:{v.kind}:{i}")
@@ -145,10 +148,7 @@ def build_corpus(tasks: Sequence[Task], evaluator: Evaluator) -> list[Variant]:
 
 
 def save_corpus(variants: Sequence[Variant], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(asdict(v)) + "\n" for v in variants))
-    tmp.replace(path)
+    write_atomic(path, "".join(json.dumps(asdict(v)) + "\n" for v in variants))
 
 
 def load_corpus(path: Path) -> list[Variant]:
@@ -157,7 +157,7 @@ def load_corpus(path: Path) -> list[Variant]:
         try:
             variants.append(Variant(**json.loads(line)))
         except (json.JSONDecodeError, TypeError) as err:
-            raise ValueError(f"{path}:{number}: not a corpus record ({err}); delete the file to rebuild it") from None
+            raise UserError(f"{path}:{number}: not a corpus record ({err}); delete the file to rebuild it") from None
     return variants
 
 
@@ -191,7 +191,7 @@ def example_weights(examples: Sequence[Example], config: WarmStartConfig) -> tor
     counts = {kind: sum(e.kind == kind for e in examples) for kind in shares}
     weights = torch.tensor([shares[e.kind] / counts[e.kind] for e in examples], dtype=torch.float64)
     if weights.sum() <= 0:
-        raise ValueError("warmstart: the configured shares give every corpus example weight 0; "
+        raise UserError("warmstart: the configured shares give every corpus example weight 0; "
                          "raise warmstart.fix_share or lower warmstart.first_turn_broken_share")
     return weights
 
@@ -222,7 +222,7 @@ def warm_start(
 ) -> list[float]:
     """``config.steps`` supervised steps; ``step_fn(loss)`` does backward, clipping and the optimizer step."""
     if not examples:
-        raise ValueError("warm start: the corpus has no examples; check the train tasks' solutions")
+        raise UserError("warm start: the corpus has no examples; check the train tasks' solutions")
     losses = []
     for step, batch in zip(range(config.steps), batches(examples, config, generator)):
         loss = reply_nll(policy, batch)

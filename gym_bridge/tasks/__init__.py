@@ -13,6 +13,8 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
+from proxycomp.errors import UserError
+
 TASKS_DIR = Path(__file__).resolve().parent
 SOLUTIONS_DIR = TASKS_DIR.parent / "solutions"
 CATEGORIES = ("elementwise", "reduction", "norm", "loss", "scan", "matmul_fusion", "conv_pool")
@@ -21,7 +23,7 @@ REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 CUSTOM_CATEGORY = "custom"
 
 
-class TaskError(ValueError):
+class TaskError(UserError):
     """A task name or task file that cannot be used; the message says what to change."""
 
 

@@ -8,6 +8,7 @@ the same documents, timed by process CPU time so the figure is per core even on 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 
 from proxycomp.benchmarks import add_benchmarks_option, append_block
-from proxycomp.data import MixingSchedule, TrainStream, load_corpus
+from proxycomp.data import CorpusConfig, MixingSchedule, TrainStream, load_corpus
 from proxycomp.views import ViewConfig, train_spm
 
 BENCHMARKS = Path("BENCHMARKS.md")  # --benchmarks' default
@@ -25,8 +26,7 @@ SECTION = "## Data pipeline"
 
 def measure(view: str, docs: list[bytes], config: ViewConfig, spm_model: bytes, seq_len: int) -> dict:
     schedule = MixingSchedule("byte") if view == "raw" else MixingSchedule("sentinel", r_peak=1.0)
-    only = ViewConfig(("raw",) if view == "raw" else ("raw", view), config.spm_vocab_size, config.zstd_level,
-                      config.brotli_quality)
+    only = dataclasses.replace(config, names=("raw",) if view == "raw" else ("raw", view))
     stream = iter(TrainStream(docs, only, spm_model, schedule, seq_len, batch_size=1, seed=0))
     start_cpu, start_wall, windows = time.process_time(), time.perf_counter(), 0
     while True:  # one epoch: until the first unfinished document is past the last one
@@ -60,9 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     add_benchmarks_option(p, BENCHMARKS)
     args = p.parse_args(argv)
 
-    corpus = load_corpus(max_documents=args.max_documents)
+    corpus = load_corpus(CorpusConfig(max_documents=args.max_documents))
     docs = [d.data for d in corpus.train]
-    config = ViewConfig(("raw", "spm", "zstd", "brotli"), args.spm_vocab_size, args.zstd_level, args.brotli_quality)
+    config = ViewConfig(("raw", "spm", "zstd", "brotli"), spm_vocab_size=args.spm_vocab_size,
+                        zstd_level=args.zstd_level, brotli_quality=args.brotli_quality)
     t = time.perf_counter()
     spm_model = train_spm(docs, args.spm_vocab_size, args.spm_train_bytes)
     spm_train_s = time.perf_counter() - t

@@ -56,9 +56,10 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 from proxycomp.bench.data import measure  # noqa: E402
 from proxycomp.benchmarks import add_benchmarks_option, append_block  # noqa: E402
-from proxycomp.data import MixingSchedule, TrainStream, load_corpus  # noqa: E402
-from proxycomp.data.packing import IGNORE_INDEX, collate, pack_window  # noqa: E402
-from proxycomp.lit import ProxyLM  # noqa: E402
+from proxycomp.data import CorpusConfig, MixingSchedule, TrainStream, load_corpus  # noqa: E402
+from proxycomp.data.packing import collate, pack_window  # noqa: E402
+from proxycomp.losses import IGNORE_INDEX  # noqa: E402
+from proxycomp.lit import OptimConfig, ProxyLM  # noqa: E402
 from proxycomp.model import ModelConfig, Transformer, flops_per_symbol, matmul_params  # noqa: E402
 from proxycomp.views import ViewConfig, train_spm  # noqa: E402
 from proxycomp.vocab import RAW_OFFSET, RAW_SIZE, Vocabulary  # noqa: E402
@@ -236,7 +237,7 @@ def workload(windows: str, size: ModelSize, docs: list[bytes], doc_lengths: np.n
              preset: Preset, seed: int) -> Workload:
     if windows == "raw":
         return Workload("raw", Vocabulary(), synthetic_batches(size, doc_lengths, seed))
-    config = ViewConfig(("raw", "spm"), preset.spm_vocab_size)
+    config = ViewConfig(("raw", "spm"), spm_vocab_size=preset.spm_vocab_size)
     stream = iter(TrainStream(docs, config, spm_model, MixingSchedule("sentinel", r_peak=PROXY_R), size.seq_len,
                               batch_size=size.batch_size, seed=seed))
     batches = [{k: v for k, v in next(stream).items() if k != "stream_cursor"} for _ in range(SYNTHETIC_BATCHES)]
@@ -286,9 +287,9 @@ class TimedWindow(L.Callback):
 def run_fit(arm: Arm, size: ModelSize, work: Workload, device: torch.device, preset: Preset, warmup: int,
             steps: int, profile_to: Path | None = None) -> float:
     """Seconds for `steps` optimizer steps of ProxyLM under the Lightning Trainer."""
-    lm = ProxyLM(vocab_size=work.vocabulary.size, d_model=size.d_model, n_layers=size.n_layers,
-                 n_heads=size.n_heads, max_seq_len=size.seq_len, attn_backend=arm.attn_backend, warmup_steps=warmup,
-                 vocabulary=work.vocabulary.to_dict())
+    arch = ModelConfig(vocab_size=work.vocabulary.size, d_model=size.d_model, n_layers=size.n_layers,
+                       n_heads=size.n_heads, max_seq_len=size.seq_len, attn_backend=arm.attn_backend)
+    lm = ProxyLM(arch, OptimConfig(warmup_steps=warmup), vocabulary=work.vocabulary.to_dict())
     if arm.compile_mode is not None:
         lm.compile_step(**arm.compile_options(preset))  # what ProxyLM(compile=True, compile_mode=...) does
     timed = TimedWindow(warmup, WindowTimer(device, profile_to))
@@ -364,7 +365,7 @@ def run_arm(arm: Arm, size: ModelSize, work: Workload, device: torch.device, pre
 
 def data_rates(docs: list[bytes], spm_model: bytes, preset: Preset, seq_len: int) -> list[dict]:
     """Symbols/s per core of the real training stream, one view at a time."""
-    config = ViewConfig(DATA_VIEWS, preset.spm_vocab_size)
+    config = ViewConfig(DATA_VIEWS, spm_vocab_size=preset.spm_vocab_size)
     return [measure(view, docs, config, spm_model, seq_len) for view in DATA_VIEWS]
 
 
@@ -457,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     matmul = matmul_flops(device, dtype, preset.matmul_size)
     print(f"{device_name}: {preset.matmul_size}^3 {str(dtype).removeprefix('torch.')} matmul {matmul / 1e12:.2f} "
           f"TFLOP/s", flush=True)
-    corpus = load_corpus(max_documents=preset.data_documents, seed=args.seed)
+    corpus = load_corpus(CorpusConfig(max_documents=preset.data_documents), seed=args.seed)
     docs = [d.data for d in corpus.train]
     doc_lengths = np.array([len(d) + 4 for d in docs])  # the raw view adds <bos><raw> ... </raw><eos>
     spm_model = train_spm(docs, preset.spm_vocab_size)

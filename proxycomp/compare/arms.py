@@ -3,22 +3,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from proxycomp.errors import UserError
 
-class CompareError(ValueError):
+
+class CompareError(UserError):
     """Bad comparison input (arm names, budget, spec fields, a results folder from other settings)."""
 
 
 @dataclass(frozen=True)
 class Arm:
     name: str
-    views: tuple[str, ...]  # data.views
-    schedule: str  # data.schedule (proxycomp.data.mixing)
+    views: tuple[str, ...]  # data.views.names
+    schedule: str  # data.mixing.kind (proxycomp.data.mixing)
     role: str  # one line for the report
-
-    @property
-    def scored_view(self) -> str:
-        """The view the model is scored in: raw bytes, except for the tokenizer baseline, which never saw them."""
-        return next(v for v in self.views if v != "raw") if self.schedule == "tokens" else "raw"
 
 
 # Report order; `raw_subset` replays `proxy_spm`'s stream, so it must come after it.

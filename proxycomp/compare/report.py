@@ -25,12 +25,13 @@ def contrasts(arms: dict[str, dict[str, Any]]) -> dict[str, float]:
 
 def markdown(results: dict[str, Any], title: str) -> str:
     spec, arms = results["spec"], results["arms"]
+    corpus = spec["corpus"]
     lines = [
         f"# {title}",
         "",
         f"Budget {spec['budget']:.3g} {spec['budget_unit']} per arm; model `{spec['model_size']}`, context "
-        f"{spec['seq_len']}, batch {spec['batch_size']}, corpus `{spec['source']}`"
-        f"{' ' + spec['path'] if spec['path'] else ''} (max_documents {spec['max_documents']}), seed {spec['seed']}. "
+        f"{spec['seq_len']}, batch {spec['batch_size']}, corpus `{corpus['source']}`"
+        f"{' ' + corpus['path'] if corpus['path'] else ''} (max_documents {corpus['max_documents']}), seed {spec['seed']}. "
         "Val bpb: bits per raw byte on held-out packages; the `bpe` arm is scored in its own tokens "
         "(every predicted symbol incl. the close/eos over the document's bytes). "
         f"Perturbed: the same documents with {spec['perturb_rate']:.0%} of characters deleted.",

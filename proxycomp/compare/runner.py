@@ -9,11 +9,10 @@ one resumes from its last checkpoint in `work_dir` if there is one, else starts 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,21 @@ import yaml
 
 from proxycomp.compare.arms import RAW_SUBSET_SOURCE, Arm, CompareError
 from proxycomp.compare.budget import ArmPlan, Budget, plan_arm
-from proxycomp.compare.evaluation import ValBpbCurve, leading_documents, scorer_for
+from proxycomp.compare.curve import ValBpbCurve, leading_documents
 from proxycomp.compare.replay import raw_views_seen
 from proxycomp.compare.report import contrasts, markdown, plot
 from proxycomp.compare.spec import CompareSpec
 from proxycomp.compare.stability import compressor_stats, delete_characters
-from proxycomp.data import Corpus, ProxyDataModule, ReplayStream, load_corpus
+from proxycomp.data import (
+    Corpus,
+    CorpusConfig,
+    MixingSchedule,
+    ProxyDataModule,
+    ReplayStream,
+    load_corpus,
+)
+from proxycomp.files import atomic_path, write_atomic
+from proxycomp.scoring import score_documents
 from proxycomp.views import ViewConfig, train_spm
 
 RESULTS_FORMAT = 1
@@ -73,8 +81,8 @@ class Comparison:
         self.out.mkdir(parents=True, exist_ok=True)
         self.results["updated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.results["contrasts"] = contrasts(self.results["arms"])
-        _atomic_write(self.out / RESULTS_FILE, json.dumps(self.results, indent=1).encode())
-        _atomic_write(self.out / TABLE_FILE, markdown(self.results, "Byte vs proxy vs tokenizer at equal compute").encode())
+        write_atomic(self.out / RESULTS_FILE, json.dumps(self.results, indent=1))
+        write_atomic(self.out / TABLE_FILE, markdown(self.results, "Byte vs proxy vs tokenizer at equal compute"))
         if any(a.get("curve") for a in self.results["arms"].values()):
             plot(self.results, self.out / PLOT_FILE)
 
@@ -116,7 +124,9 @@ class Comparison:
         return self.results
 
     def run_arm(self, arm: Arm) -> dict[str, Any]:
-        from proxycomp.cli import build_cli  # Lightning is slow to import; the dry run does without
+        from proxycomp.cli import (
+            build_cli,  # Lightning is slow to import; the dry run does without
+        )
 
         plan = self.plan(arm)
         arm_dir = self.work_dir / arm.name
@@ -124,7 +134,7 @@ class Comparison:
         config = self.fit_config(arm, plan, arm_dir)
         arm_dir.mkdir(parents=True, exist_ok=True)
         config_path = arm_dir / "fit.yaml"
-        _atomic_write(config_path, yaml.safe_dump(config, sort_keys=False).encode())
+        write_atomic(config_path, yaml.safe_dump(config, sort_keys=False))
         record = {"status": "running", "plan": plan.to_dict(), "data": config["data"], "fit_config": str(config_path)}
         self.results["arms"][arm.name] = record
         self.save()
@@ -132,10 +142,7 @@ class Comparison:
         self.log(f"{arm.name}: {plan.max_steps} steps of {plan.symbols_per_step} symbols at {plan.flops_per_symbol:.3g} "
                  f"FLOPs/symbol{', resuming from ' + str(last) if resume else ''}")
         start = time.perf_counter()
-        with warnings.catch_warnings():
-            # LightningCLI warns whenever sys.argv has arguments besides `args`: here they are this tool's own.
-            warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-            cli = build_cli(["fit", "--config", str(config_path), *(["--ckpt_path", str(last)] if resume else [])])
+        cli = build_cli(["fit", "--config", str(config_path), *(["--ckpt_path", str(last)] if resume else [])])
         trainer, lm, dm = cli.trainer, cli.model, cli.datamodule
         if trainer.global_step != plan.max_steps:
             raise CompareError(f"arm {arm.name} stopped at step {trainer.global_step} of {plan.max_steps}; "
@@ -146,12 +153,12 @@ class Comparison:
         fit_s = time.perf_counter() - start
         curve = next(c for c in trainer.callbacks if isinstance(c, ValBpbCurve)).points
         self.log(f"{arm.name}: fit in {fit_s:.0f} s (data setup included), scoring")
-        scorer = scorer_for(dm, self.spec.stride, self.spec.eval_batch_size)
         documents = leading_documents([d.data for d in dm.corpus.val], self.spec.eval_max_bytes)
         # Lightning's teardown leaves the model on the CPU; score it where it trained (the Triton backend needs CUDA).
         model = lm.model.to("cuda" if torch.cuda.is_available() else "cpu")
-        clean = scorer(model, documents)
-        perturbed = scorer(model, self.perturbed(documents))
+        s, view = self.spec, dm.scored_view
+        clean = score_documents(model, documents, s.seq_len, s.stride, view, s.eval_batch_size)
+        perturbed = score_documents(model, self.perturbed(documents), s.seq_len, s.stride, view, s.eval_batch_size)
         used = plan.flops if self.budget.unit == "flops" else plan.symbols
         record.update({
             "status": "done", "steps": trainer.global_step, "symbols": plan.symbols, "flops": plan.flops,
@@ -168,11 +175,11 @@ class Comparison:
         s = self.spec
         every = max(1, plan.max_steps // s.curve_points)
         data = {
-            "source": s.source, "path": s.path, "glob": s.glob, "views": list(arm.views), "schedule": arm.schedule,
-            "spm_vocab_size": s.spm_vocab_size, "spm_train_bytes": s.spm_train_bytes,
-            "spm_model_file": str(self.out / SPM_FILE) if "spm" in arm.views else None,
-            "seq_len": s.seq_len, "batch_size": s.batch_size, "min_bytes": s.min_bytes, "max_bytes": s.max_bytes,
-            "max_documents": s.max_documents, "val_fraction": s.val_fraction, "num_workers": s.num_workers,
+            "corpus": asdict(s.corpus),
+            "views": {"names": list(arm.views), "spm_vocab_size": s.spm_vocab_size, "spm_train_bytes": s.spm_train_bytes,
+                      "spm_model_file": str(self.out / SPM_FILE) if "spm" in arm.views else None},
+            "mixing": {"kind": arm.schedule},
+            "seq_len": s.seq_len, "batch_size": s.batch_size, "num_workers": s.num_workers,
             "artifacts_dir": str(arm_dir / "data"), "seed": s.seed,
             "replay_file": str(self.replay_file()) if arm.name == "raw_subset" else None,
         }
@@ -190,14 +197,15 @@ class Comparison:
                 "default_root_dir": str(arm_dir),
                 "logger": [{"class_path": "lightning.pytorch.loggers.CSVLogger",
                             "init_args": {"save_dir": str(arm_dir), "name": "logs"}}],
-                "callbacks": [{"class_path": "proxycomp.compare.evaluation.ValBpbCurve",
+                "callbacks": [{"class_path": "proxycomp.compare.curve.ValBpbCurve",
                                "init_args": {"every_n_steps": every, "max_bytes": s.curve_max_bytes,
                                              "stride": s.stride, "batch_size": s.eval_batch_size}}],
             },
             "checkpoint": {"dirpath": str(arm_dir / "checkpoints"), "monitor": None, "save_top_k": 0,
                            "save_last": True, "every_n_train_steps": every},
-            "model": {**s.model, "lr": s.lr, "warmup_steps": max(1, round(s.lr_warmup_frac * plan.max_steps)),
-                      "attn_backend": s.attn_backend, "compile": s.compile},
+            "model": {"arch": {**s.model, "attn_backend": s.attn_backend},
+                      "optim": {"lr": s.lr, "warmup_steps": max(1, round(s.lr_warmup_frac * plan.max_steps))},
+                      "compile": s.compile},
             "data": data,
         }
 
@@ -206,8 +214,7 @@ class Comparison:
     def corpus(self) -> Corpus:
         if self._corpus is None:
             s = self.spec
-            self._corpus = load_corpus(s.source, s.path, s.glob, "text", s.min_bytes, s.max_bytes, s.val_fraction,
-                                       s.max_documents, seed=s.seed)
+            self._corpus = load_corpus(s.corpus, seed=s.seed)
             self.log(self._corpus.report.summary())
         return self._corpus
 
@@ -220,7 +227,7 @@ class Comparison:
             s = self.spec
             model = train_spm([d.data for d in self.corpus.train], s.spm_vocab_size, s.spm_train_bytes, s.seed)
             self.out.mkdir(parents=True, exist_ok=True)
-            _atomic_write(path, model)
+            write_atomic(path, model)
         return path.read_bytes()
 
     def perturbed(self, documents: Sequence[bytes]) -> list[bytes]:
@@ -245,19 +252,17 @@ class Comparison:
         steps = source["plan"]["max_steps"]
         self.log(f"replaying {RAW_SUBSET_SOURCE}'s {steps} training batches to collect its raw views")
         # Paths of this call, not of the one that trained proxy_spm (a device call's folders differ each time).
-        data = {**source["data"], "total_steps": steps, "artifacts_dir": str(path.parent / "data"),
-                "spm_model_file": str(self.out / SPM_FILE)}
-        dm = ProxyDataModule(**data)
+        data = source["data"]
+        dm = ProxyDataModule(
+            corpus=CorpusConfig(**data["corpus"]),
+            views=ViewConfig(**{**data["views"], "spm_model_file": str(self.out / SPM_FILE)}),
+            mixing=MixingSchedule(**{**data["mixing"], "total_steps": steps}),
+            **{k: data[k] for k in ("seq_len", "batch_size", "num_workers", "seed")},
+            artifacts_dir=str(path.parent / "data"),
+        )
         dm.setup("fit")
         symbols = raw_views_seen(dm.train_dataloader(), steps)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name("replay.tmp.npy")
-        np.save(tmp, symbols)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as fh:  # np.save would add .npy to a name without it
+                np.save(fh, symbols)
         return path
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

@@ -1,17 +1,18 @@
-"""The settings of one comparison (`CompareSpec`): defaults, presets from YAML, and command-line overrides."""
+"""The settings of one comparison (`CompareSpec`), read by `proxycomp compare` from a preset and flags."""
 from __future__ import annotations
 
-import typing
-from dataclasses import asdict, dataclass, fields
+import json
+from dataclasses import asdict, dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from proxycomp.compare.arms import MODEL_SIZES, CompareError
 from proxycomp.compare.budget import Budget
+from proxycomp.configs import changed_fields
+from proxycomp.data.corpus import CorpusConfig
 
-PRESET_DIR = Path(__file__).resolve().parents[2] / "recipes" / "baselines"
+PRESETS = resources.files("proxycomp.recipes") / "baselines"
 # Fields that change how fast a comparison runs, not what it measures: a results folder may be resumed
 # with other values.
 EXECUTION_FIELDS = ("attn_backend", "compile", "eval_batch_size", "cpu_threads")
@@ -19,42 +20,63 @@ EXECUTION_FIELDS = ("attn_backend", "compile", "eval_batch_size", "cpu_threads")
 
 @dataclass
 class CompareSpec:
-    # model and optimizer (every arm alike)
+    """One comparison: every arm trains the same model size at the same budget, and is scored alike.
+
+    Args:
+        model_size: tiny (CPU smoke), small (d 256, 6 layers) or base (d 512, 8 layers)
+        attn_backend: sdpa, triton or flash_attn
+        compile: torch.compile each arm's model with its loss
+        precision: Lightning precision; null: bf16-mixed on a GPU, 32-true on CPU
+        cpu_threads: torch threads on a CPU-only machine (1 avoids oversubscribing busy cores); null: torch's
+        lr: peak learning rate of every arm
+        lr_warmup_frac: warmup as a share of each arm's steps
+        budget: compute per arm
+        budget_unit: what budget counts: flops or symbols
+        seq_len: symbols per training window
+        batch_size: windows per step
+        corpus: the documents every arm reads
+        spm_vocab_size: pieces of the one SentencePiece model the spm arms share
+        spm_train_bytes: train bytes the SentencePiece model learns from
+        num_workers: DataLoader workers per arm
+        seed: corpus split, tokenizer sample, data order and initialization
+        curve_points: validation points per arm, evenly spaced in steps
+        curve_max_bytes: held-out bytes scored at each curve point
+        eval_max_bytes: held-out bytes of the final score; null: the whole split
+        eval_stride: sliding-window step of the scores; null: seq_len / 2
+        eval_batch_size: rows per scoring forward
+        perturb_rate: share of characters deleted for the stability and perturbed-bpb figures
+        stats_documents: documents of the compressor statistics
+        stats_max_doc_bytes: longest document of the stability figure (the exact edit distance is quadratic)
+    """
+
     model_size: str = "tiny"
     attn_backend: str = "sdpa"
     compile: bool = False
-    precision: str | None = None  # None: bf16-mixed on a GPU, 32-true on CPU
-    cpu_threads: int | None = None  # torch threads on a CPU-only machine (1 avoids oversubscribing busy cores)
+    precision: str | None = None
+    cpu_threads: int | None = None
     lr: float = 1.5e-3
-    lr_warmup_frac: float = 0.02  # of each arm's steps
-    # compute
+    lr_warmup_frac: float = 0.02
     budget: float = 2e15
     budget_unit: str = "flops"
     seq_len: int = 256
     batch_size: int = 8
-    # corpus and views (ProxyDataModule's fields of the same names)
-    source: str = "python-sources"
-    path: str | None = None
-    glob: str = "**/*.py"
-    max_documents: int | None = None
-    min_bytes: int = 200
-    max_bytes: int = 200_000
-    val_fraction: float = 0.05
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
     spm_vocab_size: int = 8192
     spm_train_bytes: int = 20_000_000
     num_workers: int = 2
     seed: int = 0
-    # measurement
-    curve_points: int = 8  # val points per arm, evenly spaced in steps
-    curve_max_bytes: int = 200_000  # held-out bytes scored at each curve point
-    eval_max_bytes: int | None = 4_000_000  # held-out bytes of the final score (None: the whole split)
-    eval_stride: int | None = None  # None: seq_len // 2
+    curve_points: int = 8
+    curve_max_bytes: int = 200_000
+    eval_max_bytes: int | None = 4_000_000
+    eval_stride: int | None = None
     eval_batch_size: int = 8
-    perturb_rate: float = 0.1  # share of characters deleted for the stability and perturbed-bpb figures
+    perturb_rate: float = 0.1
     stats_documents: int = 32
-    stats_max_doc_bytes: int = 16_384  # exact edit distance is quadratic: stability reads documents up to this size
+    stats_max_doc_bytes: int = 16_384
 
     def __post_init__(self) -> None:
+        if isinstance(self.corpus, dict):  # from a results file
+            self.corpus = CorpusConfig(**self.corpus)
         if self.model_size not in MODEL_SIZES:
             raise CompareError(f"model_size must be one of {', '.join(MODEL_SIZES)}, got {self.model_size!r}")
         Budget(self.budget, self.budget_unit)
@@ -76,66 +98,16 @@ class CompareSpec:
         return asdict(self)
 
     def differences(self, saved: dict[str, Any]) -> list[str]:
-        """Fields (outside EXECUTION_FIELDS) whose value differs from a saved spec."""
-        return [f"{k}: {saved.get(k)!r} -> {v!r}" for k, v in self.to_dict().items()
-                if k not in EXECUTION_FIELDS and saved.get(k) != v]
+        """Fields (outside EXECUTION_FIELDS) whose value differs from a saved spec, as dotted names."""
+        return changed_fields(saved, json.loads(json.dumps(self.to_dict())), EXECUTION_FIELDS)
 
 
 def preset_path(name: str) -> Path:
-    """A preset by name (recipes/baselines/NAME.yaml) or by path."""
+    """A shipped preset by name (NAME.yaml among proxycomp.recipes' baselines) or a YAML file by path."""
     path = Path(name)
-    if path.suffix in (".yaml", ".yml"):
-        return path
-    return PRESET_DIR / f"{name}.yaml"
-
-
-def load_preset(name: str) -> dict[str, Any]:
-    path = preset_path(name)
+    if path.suffix not in (".yaml", ".yml"):
+        path = Path(str(PRESETS / f"{name}.yaml"))
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
+        known = ", ".join(sorted(p.name.removesuffix(".yaml") for p in PRESETS.iterdir() if p.name.endswith(".yaml")))
         raise CompareError(f"--preset {name}: no file {path}; known presets: {known}")
-    try:
-        values = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise CompareError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
-    if not isinstance(values, dict):
-        raise CompareError(f"{path}: a preset is a mapping of CompareSpec fields, got {type(values).__name__}")
-    check_fields(values, str(path))
-    return values
-
-
-def check_fields(values: dict[str, Any], where: str) -> None:
-    known = {f.name for f in fields(CompareSpec)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise CompareError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-
-
-def parse_assignment(text: str) -> tuple[str, Any]:
-    """`FIELD=VALUE` from --set; the value is read as YAML (numbers, null, true/false) and type-checked."""
-    name, sep, raw = text.partition("=")
-    if not sep:
-        raise CompareError(f"--set {text!r}: expected FIELD=VALUE")
-    check_fields({name: None}, "--set")
-    value = yaml.safe_load(raw)
-    hint = typing.get_type_hints(CompareSpec)[name]
-    allowed = typing.get_args(hint) or (hint,)
-    if isinstance(value, str) and float in allowed:
-        try:  # YAML 1.1 reads "5e15" (no dot) as a string
-            value = float(value)
-        except ValueError:
-            pass
-    if type(value) is int and float in allowed:
-        value = float(value)
-    if not isinstance(value, tuple(t for t in allowed if isinstance(t, type))):
-        raise CompareError(f"--set {name}={raw}: expected {hint}, got {type(value).__name__}")
-    return name, value
-
-
-def build_spec(preset: str | None, overrides: dict[str, Any]) -> CompareSpec:
-    values = load_preset(preset) if preset else {}
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return CompareSpec(**values)
-    except TypeError as err:
-        raise CompareError(f"comparison settings: {err}") from None
+    return path

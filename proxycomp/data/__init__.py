@@ -1,10 +1,21 @@
 """Data side of proxycomp: corpus loading, view mixing, window packing and the LightningDataModule."""
-from proxycomp.data.corpus import Corpus, CorpusError, CorpusReport, Document, load_corpus
+from proxycomp.data.corpus import (
+    Corpus,
+    CorpusConfig,
+    CorpusError,
+    CorpusReport,
+    Document,
+    load_corpus,
+)
 from proxycomp.data.datamodule import DataStateError, ProxyDataModule
-from proxycomp.data.mixing import MixingSchedule, ScheduleError, choose_views, compressed_only_probability
+from proxycomp.data.mixing import (
+    MixingSchedule,
+    ScheduleError,
+    choose_views,
+    compressed_only_probability,
+)
 from proxycomp.data.packing import (
     CURSOR_KEY,
-    IGNORE_INDEX,
     ReplayStream,
     StreamCursor,
     TrainStream,
@@ -14,8 +25,8 @@ from proxycomp.data.packing import (
 
 __all__ = [
     "CURSOR_KEY",
-    "IGNORE_INDEX",
     "Corpus",
+    "CorpusConfig",
     "CorpusError",
     "CorpusReport",
     "DataStateError",

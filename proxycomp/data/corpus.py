@@ -15,11 +15,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from proxycomp.errors import UserError
+
 SOURCES = ("python-sources", "folder", "jsonl", "parquet", "hf")
 InvalidUtf8 = Literal["error", "skip"]
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError):
     """Bad corpus input; the message names the file (and line or field) and what to do."""
 
 
@@ -79,40 +81,61 @@ def stable_hash(text: str, seed: int = 0) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{text}".encode("utf-8", "surrogateescape"), digest_size=8).digest(), "big")
 
 
-def load_corpus(
-    source: str = "python-sources",
-    path: str | None = None,
-    glob: str = "**/*.py",
-    text_field: str = "text",
-    min_bytes: int = 200,
-    max_bytes: int = 200_000,
-    val_fraction: float = 0.05,
-    max_documents: int | None = None,
-    on_invalid_utf8: InvalidUtf8 | None = None,
-    seed: int = 0,
-) -> Corpus:
+@dataclass(frozen=True)
+class CorpusConfig:
+    """Where the documents come from and which of them are kept.
+
+    Args:
+        source: python-sources (this interpreter's own .py files), folder, jsonl, parquet or hf (a local
+            `datasets` folder, never the hub)
+        path: the file or folder a folder, jsonl, parquet or hf source reads
+        glob: the files a folder source reads
+        text_field: the text column of jsonl, parquet and hf records
+        min_bytes: shorter documents are dropped
+        max_bytes: longer documents are dropped
+        max_documents: keep at most this many (a deterministic sample in stable-hash order); null: all
+        val_fraction: share of the kept bytes held out for validation, by whole groups (packages for
+            python-sources, documents otherwise)
+        on_invalid_utf8: error or skip a document that is not UTF-8; null: skip for python-sources, error otherwise
+    """
+
+    source: str = "python-sources"
+    path: str | None = None
+    glob: str = "**/*.py"
+    text_field: str = "text"
+    min_bytes: int = 200
+    max_bytes: int = 200_000
+    max_documents: int | None = None
+    val_fraction: float = 0.05
+    on_invalid_utf8: InvalidUtf8 | None = None
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise CorpusError(f"unknown corpus source {self.source!r}; known: {', '.join(SOURCES)}")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise CorpusError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+        if not 0 <= self.min_bytes <= self.max_bytes:
+            raise CorpusError(f"need 0 <= min_bytes <= max_bytes, got min_bytes={self.min_bytes}, "
+                              f"max_bytes={self.max_bytes}")
+        if self.max_documents is not None and self.max_documents < 2:
+            raise CorpusError(f"max_documents must be at least 2 (one train, one val document), got {self.max_documents}")
+        if self.on_invalid_utf8 not in (None, "error", "skip"):
+            raise CorpusError(f"on_invalid_utf8 must be 'error' or 'skip', got {self.on_invalid_utf8!r}")
+
+
+def load_corpus(config: CorpusConfig = CorpusConfig(), seed: int = 0) -> Corpus:
     """Read, filter, deduplicate and split a corpus.
 
-    `on_invalid_utf8` defaults to "skip" for python-sources and "error" for user sources. With
-    `max_documents`, candidates are visited in stable-hash order of their names and reading stops once that
+    With `max_documents`, candidates are visited in stable-hash order of their names and reading stops once that
     many are kept, so a capped corpus is a deterministic sample without reading everything.
     """
-    if source not in SOURCES:
-        raise CorpusError(f"unknown corpus source {source!r}; known: {', '.join(SOURCES)}")
-    if not 0.0 < val_fraction < 1.0:
-        raise CorpusError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    if not 0 <= min_bytes <= max_bytes:
-        raise CorpusError(f"need 0 <= min_bytes <= max_bytes, got min_bytes={min_bytes}, max_bytes={max_bytes}")
-    if max_documents is not None and max_documents < 2:
-        raise CorpusError(f"max_documents must be at least 2 (one train, one val document), got {max_documents}")
-    policy = on_invalid_utf8 or ("skip" if source == "python-sources" else "error")
-    if policy not in ("error", "skip"):
-        raise CorpusError(f"on_invalid_utf8 must be 'error' or 'skip', got {policy!r}")
-
+    c = config
+    source, path, min_bytes, max_bytes, max_documents = c.source, c.path, c.min_bytes, c.max_bytes, c.max_documents
+    policy = c.on_invalid_utf8 or ("skip" if source == "python-sources" else "error")
     report = CorpusReport()
     kept: list[Document] = []
     hashes: set[bytes] = set()
-    for doc, size in _read_source(source, path, glob, text_field, min_bytes, max_bytes, max_documents, seed):
+    for doc, size in _read_source(source, path, c.glob, c.text_field, min_bytes, max_bytes, max_documents, seed):
         report.seen += 1
         report.seen_bytes += size
         if size < min_bytes:
@@ -126,7 +149,7 @@ def load_corpus(
         except UnicodeDecodeError as err:
             if policy == "error":
                 raise CorpusError(
-                    f"{doc.name}: not valid UTF-8 at byte {err.start}; fix the file or set on_invalid_utf8='skip'"
+                    f"{doc.name}: not valid UTF-8 at byte {err.start}; fix the file or set data.corpus.on_invalid_utf8=skip"
                 ) from None
             report.invalid_utf8 += 1
             continue
@@ -147,7 +170,7 @@ def load_corpus(
             f"{min_bytes}, {report.too_large} over max_bytes={max_bytes}, {report.duplicates} duplicates, "
             f"{report.invalid_utf8} non-UTF-8); check path/glob or the size limits"
         )
-    train, val = _split(kept, val_fraction, seed, where, report)
+    train, val = _split(kept, c.val_fraction, seed, where, report)
     report.train, report.train_bytes = len(train), sum(len(d.data) for d in train)
     report.val, report.val_bytes = len(val), sum(len(d.data) for d in val)
     return Corpus(train, val, report)
@@ -183,16 +206,16 @@ def _read_source(source, path, glob, text_field, min_bytes, max_bytes, max_docum
         yield from _read_files(_python_source_files(), min_bytes, max_bytes, max_documents, seed)
         return
     if not path:
-        raise CorpusError(f"corpus source {source!r} needs data.path (a {'folder' if source == 'folder' else 'file or folder'})")
+        raise CorpusError(f"corpus source {source!r} needs data.corpus.path (a {'folder' if source == 'folder' else 'file or folder'})")
     root = Path(path)
     if not root.exists():
-        raise CorpusError(f"corpus path {path} does not exist; set data.path to an existing {source} file or folder")
+        raise CorpusError(f"corpus path {path} does not exist; set data.corpus.path to an existing {source} file or folder")
     if source == "folder":
         if not root.is_dir():
-            raise CorpusError(f"corpus path {path} is not a folder; the folder source reads files matching data.glob")
+            raise CorpusError(f"corpus path {path} is not a folder; the folder source reads files matching data.corpus.glob")
         files = [(str(p.relative_to(root)), p, str(p.relative_to(root))) for p in root.glob(glob) if p.is_file()]
         if not files:
-            raise CorpusError(f"no file in {path} matches glob {glob!r}; set data.glob")
+            raise CorpusError(f"no file in {path} matches glob {glob!r}; set data.corpus.glob")
         yield from _read_files(files, min_bytes, max_bytes, max_documents, seed)
     elif source == "jsonl":
         for file in _data_files(root, "jsonl"):
@@ -209,7 +232,7 @@ def _data_files(root: Path, ext: str) -> list[Path]:
         return [root]
     files = sorted(root.glob(f"**/*.{ext}"))
     if not files:
-        raise CorpusError(f"no *.{ext} file under {root}; set data.path to a .{ext} file or a folder holding some")
+        raise CorpusError(f"no *.{ext} file under {root}; set data.corpus.path to a .{ext} file or a folder holding some")
     return files
 
 
@@ -260,7 +283,7 @@ def _read_jsonl(file: Path, text_field: str) -> Iterator[_Candidate]:
             except json.JSONDecodeError as err:
                 raise CorpusError(f"{file}:{lineno}: not a JSON object ({err.msg}); fix or remove the line") from None
             if not isinstance(record, dict) or text_field not in record:
-                raise CorpusError(f"{file}:{lineno}: no field {text_field!r}; set data.text_field to the text's key")
+                raise CorpusError(f"{file}:{lineno}: no field {text_field!r}; set data.corpus.text_field to the text's key")
             name = f"{file}:{lineno}"
             yield _candidate(name, _text_bytes(record[text_field], name, text_field))
 
@@ -274,7 +297,7 @@ def _read_parquet(file: Path, text_field: str) -> Iterator[_Candidate]:
         raise CorpusError(f"{file}: not a readable parquet file ({err})") from None
     columns = table.schema_arrow.names
     if text_field not in columns:
-        raise CorpusError(f"{file}: no column {text_field!r} (columns: {', '.join(columns)}); set data.text_field")
+        raise CorpusError(f"{file}: no column {text_field!r} (columns: {', '.join(columns)}); set data.corpus.text_field")
     row = 0
     for batch in table.iter_batches(columns=[text_field]):
         for value in batch.column(0).to_pylist():
@@ -298,7 +321,7 @@ def _read_hf(root: Path, text_field: str) -> Iterator[_Candidate]:
             raise CorpusError(f"{root}: dataset has splits {list(data)} and no 'train'; save the split to use")
         data = data["train"] if "train" in data else next(iter(data.values()))
     if text_field not in data.column_names:
-        raise CorpusError(f"{root}: no column {text_field!r} (columns: {', '.join(data.column_names)}); set data.text_field")
+        raise CorpusError(f"{root}: no column {text_field!r} (columns: {', '.join(data.column_names)}); set data.corpus.text_field")
     for row, value in enumerate(data[text_field]):
         name = f"{root}:{row}"
         yield _candidate(name, _text_bytes(value, name, text_field))

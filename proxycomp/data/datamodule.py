@@ -15,7 +15,7 @@ the sums), and rank 0's SentencePiece model is broadcast so every rank encodes w
 from __future__ import annotations
 
 import json
-import os
+from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -27,67 +27,76 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from proxycomp.data.corpus import Corpus, CorpusError, load_corpus
+from proxycomp.configs import changed_fields
+from proxycomp.data.corpus import Corpus, CorpusConfig, CorpusError, load_corpus
 from proxycomp.data.mixing import MixingSchedule, ScheduleError
-from proxycomp.data.packing import CURSOR_KEY, ReplayStream, StreamCursor, TrainStream, ValWindows
-from proxycomp.views import ViewConfig, train_spm
+from proxycomp.data.packing import (
+    CURSOR_KEY,
+    ReplayStream,
+    StreamCursor,
+    TrainStream,
+    ValWindows,
+)
+from proxycomp.errors import UserError
+from proxycomp.files import write_atomic
+from proxycomp.views import RawView, View, ViewConfig, train_spm
 from proxycomp.vocab import Vocabulary
 
-STATE_FORMAT = 1
+STATE_FORMAT = 2  # 2: nested corpus/views/mixing settings
 SPM_MODEL_FILE = "spm.model"
 MANIFEST_FILE = "data_manifest.json"
 
 
-class DataStateError(ValueError):
+class DataStateError(UserError):
     """A checkpoint's data state does not fit this configuration."""
 
 
 class ProxyDataModule(L.LightningDataModule):
     def __init__(
         self,
-        source: str = "python-sources",
-        path: str | None = None,
-        glob: str = "**/*.py",
-        text_field: str = "text",
-        views: list[str] = ["raw", "spm"],  # noqa: B006 - LightningCLI reads the default from the signature
-        spm_vocab_size: int = 8192,
-        spm_train_bytes: int = 20_000_000,
-        zstd_level: int = 3,
-        brotli_quality: int = 5,
+        corpus: CorpusConfig = CorpusConfig(),
+        views: ViewConfig = ViewConfig(),
+        mixing: MixingSchedule = MixingSchedule(),
         seq_len: int = 2048,
         batch_size: int = 8,
-        schedule: str = "paper",
-        r_peak: float = 0.9,
-        r_start: float = 0.4,
-        warmup_frac: float = 0.2,
-        total_steps: int = 1000,
-        val_fraction: float = 0.05,
-        min_bytes: int = 200,
-        max_bytes: int = 200_000,
-        max_documents: int | None = None,
-        val_windows: int | None = None,
         num_workers: int = 2,
+        val_windows: int | None = None,
         artifacts_dir: str | None = None,
-        spm_model_file: str | None = None,
         replay_file: str | None = None,
         seed: int = 0,
     ) -> None:
-        """See the module docstring. `spm_train_bytes` caps the text SentencePiece trains on (a seeded sample
-        of the train split); `total_steps` is linked to trainer.max_steps by the CLI. `spm_model_file` is a
-        SentencePiece model to use instead of training one (runs that must share a tokenizer).
-        `replay_file` is a .npy of int32 symbols (serialized documents end to end) to train on in order,
-        one pass per epoch, instead of the mixed stream."""
+        """Corpus, views and mixing schedule, packed into windows of `seq_len` symbols.
+
+        Args:
+            corpus: the documents (source, filters, validation split)
+            views: the views trained on and their codecs
+            mixing: which views each document gets, step by step (total_steps is linked from trainer.max_steps)
+            seq_len: symbols per training window (linked into the model's max_seq_len)
+            batch_size: windows per optimizer step (per process under DDP)
+            num_workers: DataLoader worker processes that compress and pack
+            val_windows: validation windows at most; null: the whole held-out split
+            artifacts_dir: where the SentencePiece model and data manifest go; null: the run's log folder
+            replay_file: a .npy of int32 symbols (serialized documents end to end) to train on in order, one pass
+                per epoch, instead of the mixed stream
+            seed: corpus split, SentencePiece sample, document order and view draws
+        """
         super().__init__()
         if seq_len < 2 or batch_size < 1 or num_workers < 0:
-            raise ValueError(
-                f"need seq_len >= 2, batch_size >= 1, num_workers >= 0; got {seq_len}, {batch_size}, {num_workers}"
+            raise DataStateError(
+                f"need data.seq_len >= 2, data.batch_size >= 1, data.num_workers >= 0; got {seq_len}, {batch_size}, "
+                f"{num_workers}"
             )
-        self.save_hyperparameters()
-        self.view_config = ViewConfig(tuple(views), spm_vocab_size, zstd_level, brotli_quality)
-        self.schedule = MixingSchedule(schedule, r_start, r_peak, warmup_frac, total_steps)
-        if schedule == "tokens" and len(views) != 2:
+        # Plain dicts in the checkpoint, so it loads with weights_only.
+        self.save_hyperparameters({"corpus": asdict(corpus), "views": asdict(views), "mixing": asdict(mixing),
+                                   "seq_len": seq_len, "batch_size": batch_size, "num_workers": num_workers,
+                                   "val_windows": val_windows, "artifacts_dir": artifacts_dir,
+                                   "replay_file": replay_file, "seed": seed})
+        self.corpus_config, self.view_config, self.schedule = corpus, views, mixing
+        self.seq_len, self.batch_size, self.num_workers, self.seed = seq_len, batch_size, num_workers, seed
+        if mixing.kind == "tokens" and len(views.names) != 2:
             raise ScheduleError(
-                f"data.schedule 'tokens' trains on one compressed view; set data.views to [raw, <view>], got {list(views)}"
+                "data.mixing.kind 'tokens' trains on one compressed view; set data.views.names to [raw, <view>], "
+                f"got {list(views.names)}"
             )
         self.vocabulary: Vocabulary = self.view_config.vocabulary()
         self.vocab_size: int = self.vocabulary.size
@@ -100,32 +109,28 @@ class ProxyDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.corpus is not None:
             return
-        h = self.hparams
-        self.corpus = load_corpus(
-            h.source, h.path, h.glob, h.text_field, h.min_bytes, h.max_bytes, h.val_fraction, h.max_documents,
-            seed=h.seed,
-        )
+        self.corpus = load_corpus(self.corpus_config, seed=self.seed)
         rank_zero_info(self.corpus.report.summary())
         self._write_artifacts()
 
     @property
     def spm_model(self) -> bytes | None:
-        """The serialized SentencePiece model: read from `spm_model_file`, else trained on first use (a resumed
-        run gets it from the checkpoint)."""
-        if "spm" in self.view_config.names and self._spm_model is None:
-            if self.hparams.spm_model_file:
-                path = Path(self.hparams.spm_model_file)
+        """The serialized SentencePiece model: read from `views.spm_model_file`, else trained on first use (a
+        resumed run gets it from the checkpoint)."""
+        views = self.view_config
+        if "spm" in views.names and self._spm_model is None:
+            if views.spm_model_file:
+                path = Path(views.spm_model_file)
                 if not path.is_file():
-                    raise CorpusError(f"data.spm_model_file {path} does not exist; point it at a SentencePiece .model file")
+                    raise CorpusError(f"data.views.spm_model_file {path} does not exist; point it at a SentencePiece "
+                                      ".model file")
                 self._spm_model = path.read_bytes()
             else:
                 # Under DDP every rank gets here together (from its dataloaders); rank 0 trains, the rest wait.
                 rank, world = self._rank_and_world()
                 model = None if rank else train_spm(
-                    [d.data for d in self._require_corpus().train],
-                    self.hparams.spm_vocab_size,
-                    self.hparams.spm_train_bytes,
-                    self.hparams.seed,
+                    [d.data for d in self._require_corpus().train], views.spm_vocab_size, views.spm_train_bytes,
+                    self.seed,
                 )
                 self._spm_model = self.trainer.strategy.broadcast(model, src=0) if world > 1 else model
             self._write_artifacts()
@@ -148,11 +153,11 @@ class ProxyDataModule(L.LightningDataModule):
         return symbols
 
     def train_dataloader(self) -> DataLoader:
-        workers = self.hparams.num_workers
+        workers = self.num_workers
         rank, world = self._rank_and_world()
         if self.replay_symbols is not None:
             replay = ReplayStream(
-                self.replay_symbols, self.hparams.seq_len, self.hparams.batch_size, self._batches_consumed,
+                self.replay_symbols, self.seq_len, self.batch_size, self._batches_consumed,
                 dict(self._cursors), rank=rank, world_size=world,
             )
             return DataLoader(replay, batch_size=None, num_workers=workers, pin_memory=torch.cuda.is_available())
@@ -161,9 +166,9 @@ class ProxyDataModule(L.LightningDataModule):
             self.view_config,
             self.spm_model,
             self.schedule,
-            self.hparams.seq_len,
-            self.hparams.batch_size,
-            self.hparams.seed,
+            self.seq_len,
+            self.batch_size,
+            self.seed,
             self._batches_consumed,
             dict(self._cursors),
             rank=rank,
@@ -174,16 +179,21 @@ class ProxyDataModule(L.LightningDataModule):
             prefetch_factor=4 if workers else None, pin_memory=torch.cuda.is_available(),
         )
 
+    @property
+    def scored_view(self) -> View:
+        """The view the model is scored in: raw bytes, except under the `tokens` schedule, whose model never sees
+        them and is scored in its one compressed view."""
+        if self.schedule.kind != "tokens":
+            return RawView(self.vocabulary.offset("raw"))
+        name = next(n for n in self.view_config.names if n != "raw")
+        return self.view_config.build(self.spm_model)[name]
+
     def val_dataloader(self) -> DataLoader:
-        view = None
-        if self.schedule.kind == "tokens":
-            compressed = next(name for name in self.view_config.names if name != "raw")
-            view = self.view_config.build(self.spm_model)[compressed]
         documents = [d.data for d in self._require_corpus().val]
-        windows = ValWindows(documents, self.hparams.seq_len, self.hparams.val_windows, view)
+        windows = ValWindows(documents, self.seq_len, self.hparams.val_windows, self.scored_view)
         rank, world = self._rank_and_world()
         if world == 1:
-            return DataLoader(windows, batch_size=self.hparams.batch_size, shuffle=False, num_workers=0)
+            return DataLoader(windows, batch_size=self.batch_size, shuffle=False, num_workers=0)
         if len(windows) < world:
             raise CorpusError(
                 f"validation has {len(windows)} windows, fewer than the {world} processes; "
@@ -191,7 +201,7 @@ class ProxyDataModule(L.LightningDataModule):
             )
         # Each window once (no padding repeats, which would bias val/bpb); ranks may differ by one window.
         sampler = UnrepeatedDistributedSampler(windows, num_replicas=world, rank=rank, shuffle=False)
-        return DataLoader(windows, batch_size=self.hparams.batch_size, sampler=sampler, num_workers=0)
+        return DataLoader(windows, batch_size=self.batch_size, sampler=sampler, num_workers=0)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         # Runs in the main process just before a batch is used (not when it is prefetched), so the saved cursor
@@ -216,6 +226,9 @@ class ProxyDataModule(L.LightningDataModule):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict.get("format") != STATE_FORMAT:
             raise DataStateError(f"data state has format {state_dict.get('format')!r}, this code reads {STATE_FORMAT}")
+        self._spm_model = state_dict["spm_model"]
+        if self.trainer is not None and self.trainer.state.fn != "fit":
+            return  # validating reads held-out windows, not the training stream the settings below belong to
         # First: a run moved to other devices often rescales batch_size too, which the next check would name.
         saved_world, world = state_dict.get("world_size", 1), self._rank_and_world()[1]
         if saved_world != world:
@@ -224,8 +237,7 @@ class ProxyDataModule(L.LightningDataModule):
                 "ranks' rows of the data stream depend on the number of processes, so resume with the same "
                 "trainer.devices x trainer.num_nodes"
             )
-        saved, now = state_dict["config"], self._resume_config()
-        changed = [f"{k}: {saved.get(k)!r} -> {v!r}" for k, v in now.items() if saved.get(k) != v]
+        changed = changed_fields(state_dict["config"], self._resume_config())
         if changed:
             raise DataStateError(
                 f"the checkpoint's data stream was made with other settings ({'; '.join(changed)}); "
@@ -233,15 +245,14 @@ class ProxyDataModule(L.LightningDataModule):
             )
         self._batches_consumed = int(state_dict["batches_consumed"])
         self._cursors = {int(k): StreamCursor(*v) for k, v in state_dict["cursors"].items()}
-        self._spm_model = state_dict["spm_model"]
 
     def _resume_config(self) -> dict[str, Any]:
-        """Settings a stream cursor is only valid under."""
+        """Settings a stream cursor is only valid under (as JSON values: tuples read back as lists)."""
         h = self.hparams
-        keys = ("source", "path", "glob", "text_field", "views", "spm_vocab_size", "zstd_level", "brotli_quality",
-                "seq_len", "batch_size", "schedule", "r_peak", "r_start", "warmup_frac", "total_steps",
-                "val_fraction", "min_bytes", "max_bytes", "max_documents", "num_workers", "replay_file", "seed")
-        return {k: list(h[k]) if k == "views" else h[k] for k in keys}
+        views = {k: v for k, v in h.views.items() if k != "spm_model_file"}  # the model itself is in the state
+        config = {"corpus": h.corpus, "views": views, "mixing": h.mixing, "seq_len": h.seq_len,
+                  "batch_size": h.batch_size, "num_workers": h.num_workers, "replay_file": h.replay_file, "seed": h.seed}
+        return json.loads(json.dumps(config))
 
     # ---- helpers --------------------------------------------------------------------------------------------
     def _rank_and_world(self) -> tuple[int, int]:
@@ -274,12 +285,7 @@ class ProxyDataModule(L.LightningDataModule):
             "corpus": self._require_corpus().report.to_dict(),
         }
         if self._spm_model is not None:
-            _atomic_write(root / SPM_MODEL_FILE, self._spm_model)
+            write_atomic(root / SPM_MODEL_FILE, self._spm_model)
             manifest["spm_model_file"] = SPM_MODEL_FILE
-        _atomic_write(root / MANIFEST_FILE, json.dumps(manifest, indent=2).encode())
+        write_atomic(root / MANIFEST_FILE, json.dumps(manifest, indent=2))
 
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

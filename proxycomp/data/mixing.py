@@ -13,19 +13,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from proxycomp.errors import UserError
+
 SCHEDULES = ("paper", "sentinel", "byte", "tokens")
 SENTINEL, TRANSLATION = "sentinel", "translation_random"
 
 
-class ScheduleError(ValueError):
+class ScheduleError(UserError):
     pass
 
 
 @dataclass(frozen=True)
 class MixingSchedule:
-    """`paper`: translation_random with r ramped r_start -> r_peak over the first warmup_frac of total_steps,
-    then sentinel at r_peak. `sentinel`: r_peak throughout. `byte`: raw only. `tokens`: every document in
-    its compressed view only (r = 1, the tokenizer baseline; the data module allows one compressed view)."""
+    """Which views each document gets, step by step.
+
+    Args:
+        kind: paper (translation_random with r ramped r_start -> r_peak over the first warmup_frac of total_steps,
+            then sentinel at r_peak), sentinel (r_peak throughout), byte (raw only) or tokens (every document in
+            its one compressed view, r = 1: the tokenizer baseline)
+        r_start: compressed share at step 0 of the paper schedule
+        r_peak: compressed share after the warmup
+        warmup_frac: share of total_steps in the paired (translation) warmup
+        total_steps: the run's optimizer steps (linked from trainer.max_steps by the CLI)
+    """
 
     kind: str = "paper"
     r_start: float = 0.4

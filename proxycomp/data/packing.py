@@ -34,19 +34,21 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from proxycomp.data.mixing import MixingSchedule, choose_views
+from proxycomp.losses import IGNORE_INDEX
 from proxycomp.views import RawView, View, ViewConfig, serialize_views
 from proxycomp.vocab import BOS, PAD, RAW_OFFSET
 
-IGNORE_INDEX = -100
 CURSOR_KEY = "stream_cursor"
 
 
-def pack_window(pieces: Sequence[np.ndarray], seq_len: int) -> dict[str, torch.Tensor]:
+def pack_window(pieces: Sequence[np.ndarray], seq_len: int,
+                scored_from: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
     """One window from consecutive document pieces (at most seq_len + 1 symbols; the rest is padding).
 
     Each piece is one document (or the part of one inside this window) and gets its own doc id; the
     padding tail gets one more. A target is ignored where the next symbol is padding or belongs to
     another piece: predicting the next document's ``<bos>`` from this one's ``<eos>`` means nothing.
+    `scored_from[k]` ignores piece k's first targets as well (a prompt, or targets another window scored).
     """
     span = seq_len + 1
     total = sum(len(piece) for piece in pieces)
@@ -55,17 +57,20 @@ def pack_window(pieces: Sequence[np.ndarray], seq_len: int) -> dict[str, torch.T
     ids = np.full(span, PAD, dtype=np.int64)
     doc = np.empty(span, dtype=np.int32)
     pos = np.empty(span, dtype=np.int32)
+    ignored = np.zeros(span, dtype=bool)  # at target positions: inputs[i] predicts nothing
     at = 0
     for k, piece in enumerate(pieces):
         n = len(piece)
         ids[at : at + n] = piece
         doc[at : at + n] = k
         pos[at : at + n] = np.arange(n, dtype=np.int32)
+        if scored_from is not None:
+            ignored[at : at + scored_from[k]] = True
         at += n
     doc[at:] = len(pieces)
     pos[at:] = np.arange(span - at, dtype=np.int32)
     targets = ids[1:].copy()
-    targets[(doc[1:] != doc[:-1]) | (np.arange(1, span) >= at)] = IGNORE_INDEX
+    targets[(doc[1:] != doc[:-1]) | (np.arange(1, span) >= at) | ignored[:-1]] = IGNORE_INDEX
     return {
         "input_ids": torch.from_numpy(ids[:-1]),
         "targets": torch.from_numpy(targets),

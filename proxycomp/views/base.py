@@ -7,17 +7,18 @@ from typing import ClassVar
 
 import numpy as np
 
+from proxycomp.errors import UserError
 from proxycomp.vocab import BOS, EOS, SENTINELS
 
 # Symbol arrays are int32: the largest vocabulary (raw + zstd + brotli + a 96K tokenizer) fits easily.
 SYMBOL_DTYPE = np.int32
 
 
-class ViewError(ValueError):
+class ViewError(UserError):
     """A view cannot be built as configured (unknown name, bad option, unusable tokenizer model)."""
 
 
-class CorruptViewError(ValueError):
+class CorruptViewError(UserError):
     """A symbol sequence does not decode: an id outside the view's range or a garbled compressed stream."""
 
 

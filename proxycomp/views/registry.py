@@ -25,14 +25,27 @@ def check_view_names(names: Sequence[str]) -> None:
 
 @dataclass(frozen=True)
 class ViewConfig:
-    """Everything needed to rebuild the views anywhere (a DataLoader worker, a restored checkpoint)."""
+    """The views a run trains on: everything needed to rebuild them anywhere (a DataLoader worker, a restored
+    checkpoint).
+
+    Args:
+        names: raw plus the compressed views, in vocabulary order: spm, zstd, brotli
+        spm_vocab_size: SentencePiece pieces
+        spm_train_bytes: the SentencePiece model trains on a seeded sample of this many train bytes
+        spm_model_file: a SentencePiece .model to use instead of training one (runs that must share a tokenizer)
+        zstd_level: zstd compression level
+        brotli_quality: brotli quality
+    """
 
     names: tuple[str, ...] = ("raw", "spm")
     spm_vocab_size: int = 8192
+    spm_train_bytes: int = 20_000_000
+    spm_model_file: str | None = None
     zstd_level: int = 3
     brotli_quality: int = 5
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "names", tuple(self.names))  # YAML gives a list
         check_view_names(self.names)
 
     def vocabulary(self) -> Vocabulary:

@@ -3,7 +3,12 @@ import json
 import pytest
 
 from gym_paths import FIXTURES, HACKS, RELU_TASK
-from proxycomp.gym_bridge.cli import main
+from proxycomp.cli import main as proxycomp
+
+
+def main(argv: list[str]) -> int:
+    """`proxycomp gym ARGV` through the one dispatcher (bad input: one line, exit status 2)."""
+    return proxycomp(["gym", *argv])
 
 
 @pytest.mark.slow

@@ -31,7 +31,7 @@ def tiny_policy() -> ByteLMPolicy:
 def tiny_ckpt(tmp_path):
     """A checkpoint in the layout `proxycomp fit` writes (hyper-parameters + state dict), for the CLI."""
     torch.manual_seed(0)
-    lm = ProxyLM(**TINY)
+    lm = ProxyLM(ModelConfig(**TINY))
     path = tmp_path / "tiny.ckpt"
     torch.save({"state_dict": lm.state_dict(), "hyper_parameters": dict(lm.hparams),
                 "pytorch-lightning_version": lightning.__version__}, path)

@@ -11,7 +11,8 @@ from proxycomp.checkpoint import AtomicCheckpointIO
 from proxycomp.gym_bridge import Candidate
 from proxycomp.gym_bridge.policy import ByteLMPolicy, Sample
 from proxycomp.gym_bridge.rl import MismatchConfig, PolicyLossConfig, Trajectory, Turn, policy_loss
-from proxycomp.gym_bridge.rl.cli import RLConfigError, main, parse_config
+from proxycomp.cli import main as proxycomp
+from proxycomp.gym_bridge.rl.cli import RLConfigError, parse_config
 from proxycomp.gym_bridge.rl.rollout import RolloutConfig, turn_from_result
 from proxycomp.gym_bridge.rl.trainer import AlgorithmConfig, PolicyUpdater, RLTrainer, make_batch, rollout_metrics
 from proxycomp.gym_bridge.rl.warmstart import reply_text
@@ -267,7 +268,7 @@ def test_unknown_config_key_is_one_line_naming_it(tmp_path, capsys):
     bad.write_text("rollout:\n  turnz: 3\n")
     with pytest.raises(RLConfigError, match="turnz"):
         parse_config(["--config", str(bad), "--ckpt", "x"])
-    assert main(["--config", str(bad), "--ckpt", "x"]) == 2
+    assert proxycomp(["rl", "--config", str(bad), "--ckpt", "x"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("proxycomp rl: error:") and "turnz" in err and "\n" not in err
 
@@ -302,7 +303,7 @@ def test_unknown_estimator_is_an_error():
 
 
 def test_resume_without_checkpoint_is_an_error(tiny_ckpt, tmp_path, capsys):
-    assert main(["--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "run"), "--resume"]) == 2
+    assert proxycomp(["rl", "--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "run"), "--resume"]) == 2
     assert "no checkpoint at" in capsys.readouterr().err
 
 
@@ -342,7 +343,7 @@ def test_warm_start_of_another_base_model_is_an_error(tiny_ckpt, tmp_path, capsy
     other = Transformer(ModelConfig(d_model=48, n_layers=2, n_heads=2, max_seq_len=4096))
     (tmp_path / "run" / "warmstart").mkdir(parents=True)
     torch.save({"model": other.state_dict()}, tmp_path / "run" / "warmstart" / "model.ckpt")
-    assert main(["--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "run"), "--tasks", "[relu]"]) == 2
+    assert proxycomp(["rl", "--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "run"), "--tasks", "[relu]"]) == 2
     err = capsys.readouterr().err
     assert "does not fit the model of --ckpt" in err and "Traceback" not in err
 
