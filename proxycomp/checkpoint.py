@@ -1,47 +1,116 @@
-"""Checkpoint writing (atomic) and loading for inference (one clear error for a missing or bad file)."""
+"""Checkpoints: atomic writing, one clear error for a missing or damaged file, and the self-contained format.
+
+Every checkpoint a command writes holds `hyper_parameters` (the model's arch/optim/vocabulary dicts) and a
+`state_dict` of `ProxyLM` (keys `model.*`), so `generate`, `eval-bpb`, `rl` and `fit --init_from` read any of them:
+those of `fit` (Lightning's, which add the trainer and data state), of the RL warm start and of RL (which add
+the optimizer and step). A SentencePiece model travels with them (`spm_model`, or in the data module's state).
+"""
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from torch import nn
 
 from proxycomp.errors import UserError
 from proxycomp.files import atomic_path
 from proxycomp.lit import ProxyLM
 
+MODEL_PREFIX = "model."  # ProxyLM holds the transformer as `.model`
+DATA_STATE_KEY = "ProxyDataModule"  # where Lightning keeps the data module's state (its class name)
+
 
 class CheckpointError(UserError):
-    """A checkpoint that does not exist or cannot be read as a `ProxyLM`."""
+    """A checkpoint that does not exist, cannot be read or does not fit the model."""
+
+
+@contextlib.contextmanager
+def reading(path: str | Path) -> Iterator[None]:
+    """Around a load of `path`: a missing file or any failure to read it becomes one `CheckpointError` line."""
+    if not Path(path).is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist; pass a .ckpt written by proxycomp (fit, rl)")
+    try:
+        yield
+    except Exception as err:  # torch/pickle/zip raise many types for a damaged file
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise CheckpointError(f"checkpoint {path} cannot be loaded ({reason[:300]}); is it a complete .ckpt "
+                              "written by proxycomp?") from err
+
+
+def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    with reading(path):
+        return torch.load(path, map_location=map_location, weights_only=True)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Write to a temporary file beside the target, then rename: a crash never leaves a truncated .ckpt."""
+    """Write to a temporary file beside the target, then rename: a crash never leaves a truncated .ckpt, and a full
+    disk says so (torch.save into a file object raises the OSError that its own writer hides). Reads fail in one
+    line."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO takes no storage_options")
-        with atomic_path(path) as tmp:
-            torch.save(checkpoint, tmp)
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            torch.save(checkpoint, f)
+
+    def load_checkpoint(self, path, *args, **kwargs) -> dict[str, Any]:
+        with reading(path):
+            return super().load_checkpoint(path, *args, **kwargs)
 
 
-def load_lm(path: str | Path, map_location: str | torch.device = "cpu", **arch_overrides) -> ProxyLM:
-    """The trained module in eval mode, built from the file alone (its hyper-parameters hold the vocabulary).
-    `arch_overrides` replace architecture fields that leave the weights' shapes alone (e.g. attn_backend)."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist; pass a .ckpt written by `proxycomp fit`")
+def lm_state(hyper_parameters: dict, model: nn.Module, spm_model: bytes | None) -> dict[str, Any]:
+    """The self-contained checkpoint of a transformer (a `Transformer`, or one wrapped by Fabric)."""
+    model = getattr(model, "module", model)  # Fabric's wrapper keeps the model as .module
+    return {"hyper_parameters": hyper_parameters, "spm_model": spm_model,
+            "state_dict": {MODEL_PREFIX + k: v for k, v in model.state_dict().items()}}
+
+
+def save_lm(path: str | Path, hyper_parameters: dict, model: nn.Module, spm_model: bytes | None) -> None:
+    AtomicCheckpointIO().save_checkpoint(lm_state(hyper_parameters, model, spm_model), path)
+
+
+def model_weights(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The transformer's own state dict from a checkpoint's `ProxyLM` state dict."""
+    return {k.removeprefix(MODEL_PREFIX): v for k, v in checkpoint["state_dict"].items()}
+
+
+def spm_model_of(checkpoint: dict[str, Any]) -> bytes | None:
+    """The SentencePiece model a checkpoint carries: its own, or its data module's (a `fit` checkpoint)."""
+    return checkpoint.get("spm_model") or (checkpoint.get(DATA_STATE_KEY) or {}).get("spm_model")
+
+
+def lm_from_checkpoint(checkpoint: dict[str, Any], path: str | Path, map_location: str | torch.device = "cpu",
+                       **arch_overrides) -> ProxyLM:
+    """The trained module in eval mode, built from the checkpoint alone. `arch_overrides` replace architecture
+    fields that leave the weights' shapes alone (e.g. attn_backend)."""
     try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
         hparams, state = checkpoint["hyper_parameters"], checkpoint["state_dict"]
-    except Exception as err:  # torch/pickle/zip raise many types for a damaged file
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"checkpoint {path} cannot be loaded ({reason}); is it a complete .ckpt from "
-                              "`proxycomp fit`?") from err
+    except (KeyError, TypeError):
+        raise CheckpointError(f"checkpoint {path} holds no hyper_parameters and state_dict; pass a .ckpt written by "
+                              "proxycomp (fit, rl)") from None
     if "arch" not in hparams:
         raise CheckpointError(f"checkpoint {path} was written by an older proxycomp (flat model settings); "
                               "train it again with this version")
     lm = ProxyLM(**{**hparams, "arch": {**hparams["arch"], **arch_overrides}, "compile": False})
     lm.load_state_dict(state)
     return lm.to(map_location).eval()
+
+
+def load_lm(path: str | Path, map_location: str | torch.device = "cpu", **arch_overrides) -> ProxyLM:
+    return lm_from_checkpoint(read_checkpoint(path, map_location), path, map_location, **arch_overrides)
+
+
+def init_weights(lm: ProxyLM, path: str | Path) -> bytes | None:
+    """Load the weights of checkpoint `path` into `lm` (nothing else: no optimizer, step or data state), after
+    checking that they fit; returns the SentencePiece model the checkpoint carries."""
+    checkpoint = read_checkpoint(path)
+    changes = lm.weight_changes(checkpoint.get("hyper_parameters") or {})
+    if changes:
+        raise CheckpointError(f"--init_from {path}: its weights do not fit this model ({'; '.join(changes)}); set the "
+                              "model and views it was trained with")
+    lm.model.load_state_dict(model_weights(checkpoint))
+    return spm_model_of(checkpoint)
