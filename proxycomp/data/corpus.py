@@ -96,7 +96,7 @@ class CorpusConfig:
         glob: the files a folder source reads: one pattern or a list, e.g. ["**/*.py", "**/*.rs"] (quote each:
             YAML reads a bare * as an alias)
         exclude: files a folder source skips: a pattern without / matches any file or folder name on the way
-            (node_modules, *.min.js), one with / the path below data.corpus.path (tests/fixtures/*)
+            (node_modules, *.min.js), one with / the path below data.corpus.path (tests/fixtures/*); null: none
         text_field: the text column of jsonl, parquet and hf records
         min_bytes: shorter documents are dropped
         max_bytes: longer documents are dropped
@@ -114,7 +114,7 @@ class CorpusConfig:
     source: str = "python-sources"
     path: str | None = None
     glob: str | tuple[str, ...] = "**/*.py"
-    exclude: str | tuple[str, ...] = ()
+    exclude: str | tuple[str, ...] | None = None
     text_field: str = "text"
     min_bytes: int = 200
     max_bytes: int = 200_000
@@ -128,11 +128,11 @@ class CorpusConfig:
     def __post_init__(self) -> None:
         for name in ("glob", "exclude"):  # one pattern or several; YAML and JSON give lists
             value = getattr(self, name)
-            patterns = (value,) if isinstance(value, str) else tuple(value)
+            patterns = (value,) if isinstance(value, str) else tuple(value or ())
             if any(p.startswith("[") for p in patterns):
                 raise CorpusError(f"data.corpus.{name} {value!r} looks like a list YAML could not read (a bare * "
                                   'starts a YAML alias); quote each pattern: ["**/*.py", "**/*.rs"]')
-            object.__setattr__(self, name, value if isinstance(value, str) else patterns)
+            object.__setattr__(self, name, value if isinstance(value, str) or value is None else patterns)
         if self.source not in SOURCES:
             raise CorpusError(f"unknown corpus source {self.source!r}; known: {', '.join(SOURCES)}")
         if self.source == "python-sources" and (self.path or self.val_path):
@@ -273,9 +273,10 @@ def _read_source(c: CorpusConfig, path: str | None, split: str, seed: int) -> It
         yield from _read_hf(root, c.text_field, split)
 
 
-def _matching_files(root: Path, globs: str | tuple[str, ...], exclude: str | tuple[str, ...]) -> list[tuple[str, Path, str]]:
+def _matching_files(root: Path, globs: str | tuple[str, ...],
+                    exclude: str | tuple[str, ...] | None) -> list[tuple[str, Path, str]]:
     """(name, path, group) of every file under `root` that a glob matches and no exclude pattern does."""
-    exclude = (exclude,) if isinstance(exclude, str) else exclude
+    exclude = (exclude,) if isinstance(exclude, str) else exclude or ()
 
     def excluded(rel: str) -> bool:
         return any(fnmatch.fnmatch(rel, p) if "/" in p else any(fnmatch.fnmatch(part, p) for part in rel.split("/"))
