@@ -36,9 +36,10 @@ def reading(path: str | Path) -> Iterator[None]:
     try:
         yield
     except Exception as err:  # torch/pickle/zip raise many types for a damaged file
-        reason = " ".join(str(err).split()) or type(err).__name__
-        raise CheckpointError(f"checkpoint {path} cannot be loaded ({reason[:300]}); is it a complete .ckpt "
-                              "written by proxycomp?") from err
+        # The first sentence: torch's weights-only refusal goes on for a paragraph about trusting the file.
+        reason = str(err).strip().splitlines()[0].split(". ")[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"checkpoint {path} cannot be loaded ({reason}); is it a complete .ckpt written by "
+                              "proxycomp?") from err
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -64,7 +65,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 def lm_state(hyper_parameters: dict, model: nn.Module, spm_model: bytes | None) -> dict[str, Any]:
     """The self-contained checkpoint of a transformer (a `Transformer`, or one wrapped by Fabric)."""
-    model = getattr(model, "module", model)  # Fabric's wrapper keeps the model as .module
     return {"hyper_parameters": hyper_parameters, "spm_model": spm_model,
             "state_dict": {MODEL_PREFIX + k: v for k, v in model.state_dict().items()}}
 

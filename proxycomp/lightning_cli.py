@@ -74,15 +74,12 @@ class ProxyCLI(LightningCLI):
         parser.link_arguments("data.vocabulary", "model.vocabulary", compute_fn=Vocabulary.to_dict, apply_on="instantiate")
         parser.link_arguments("data.seq_len", "model.arch.max_seq_len")
         parser.link_arguments("trainer.max_steps", "data.mixing.total_steps")
-
-    def _prepare_subcommand_parser(self, klass, subcommand: str, **kwargs) -> LightningArgumentParser:
-        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
-        if subcommand == "fit":
-            parser.add_argument(
-                "--init_from", type=str | None, default=None,
-                help="start from the weights of this checkpoint (fit's, the RL warm start's or RL's) with a new "
-                     "optimizer, schedule and data stream; --ckpt_path instead resumes a run where it stopped")
-        return parser
+        # Every subcommand takes it so that a run's config.yaml, which records it, reads back into validate.
+        parser.add_argument(
+            "--init_from", type=str | None, default=None,
+            help="fit: start from the weights of this checkpoint (fit's, the RL warm start's or RL's) with a new "
+                 "optimizer, schedule and data stream (--ckpt_path instead resumes a run where it stopped); "
+                 "validate ignores it")
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads the model's hyper-parameters from --ckpt_path first: `last` is resolved, and a missing
