@@ -22,8 +22,20 @@ SUMMARY_COLUMNS = ("reward/turn0", "reward/final", "correct/final", "fast@1", "f
 
 @dataclass
 class EvaluationConfig:
-    tasks: list[str] | None = None  # None: the train tasks
-    sizes: list[str] = field(default_factory=lambda: ["cpu"])  # gym problem sizes, e.g. ["gpu_heldout"]
+    """The held-out evaluation before and after RL.
+
+    Args:
+        tasks: tasks to evaluate on (shipped names or task file paths); null: the train tasks
+        sizes: gym problem sizes, e.g. [gpu_heldout]
+        samples_per_task: episodes per task
+        turns: most turns per episode
+        temperature: sampling temperature
+        top_p: nucleus sampling mass
+        seed: sampling seed (the same before and after RL)
+    """
+
+    tasks: list[str] | None = None
+    sizes: list[str] = field(default_factory=lambda: ["cpu"])
     samples_per_task: int = 4
     turns: int = 3
     temperature: float = 1.0

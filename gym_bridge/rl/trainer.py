@@ -19,6 +19,7 @@ import csv
 import json
 import math
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 
+from proxycomp.checkpoint import lm_state, model_weights, reading
 from proxycomp.files import write_atomic
 
 from ..evaluator import Evaluator
@@ -52,15 +54,30 @@ METRIC_COLUMNS = (
 
 @dataclass
 class AlgorithmConfig:
-    estimator: str = "trloo"  # any registered estimator: trloo, grpo, rloo
-    gamma: float = 1.0  # reward-to-go discount over turns
+    """The policy update.
+
+    Args:
+        estimator: the advantage estimator: trloo, grpo or rloo (any registered one)
+        gamma: reward-to-go discount over turns
+        lr: AdamW learning rate
+        weight_decay: AdamW weight decay
+        grad_clip: gradient norm clip
+        updates_per_step: optimizer steps on each rollout batch
+        micro_batch: rows (turns) per forward and backward; gradients accumulate over them
+        loss: the clipped policy-gradient loss
+        prs: profiling-based rejection sampling; null: off
+        mismatch: trainer/rollout mismatch correction
+    """
+
+    estimator: str = "trloo"
+    gamma: float = 1.0
     lr: float = 1e-6
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    updates_per_step: int = 1  # optimizer steps on each rollout batch
-    micro_batch: int = 8  # rows (turns) per forward/backward; gradients accumulate over them
+    updates_per_step: int = 1
+    micro_batch: int = 8
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
-    prs: PRSConfig | None = field(default_factory=PRSConfig)  # None disables PRS
+    prs: PRSConfig | None = field(default_factory=PRSConfig)
     mismatch: MismatchConfig = field(default_factory=MismatchConfig)
 
     def __post_init__(self) -> None:
@@ -90,7 +107,8 @@ def _pad(rows: Sequence[torch.Tensor]) -> torch.Tensor:
 
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Reward, correctness, fast@p (final turn, correct and speedup > p; untimed counts as not fast),
-    coverage, hack rate and episode length."""
+    coverage, hack rate, episode length, and how many turns got each gym verdict (`verdicts/<status>`: why a
+    reward is 0, e.g. no_code for a reply without a code block)."""
     turns = [t for traj in trajectories for t in traj.turns]
     finals = [traj.turns[-1] for traj in trajectories]
     firsts = [traj.turns[0] for traj in trajectories]
@@ -112,6 +130,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     for p in FAST_THRESHOLDS:
         fast = [float(t.correct and not t.hacked and t.speedup is not None and t.speedup > p) for t in finals]
         metrics[f"fast@{p:g}"] = mean(fast)
+    metrics |= {f"verdicts/{status}": count for status, count in Counter(t.status for t in turns).most_common()}
     return metrics
 
 
@@ -245,16 +264,16 @@ class MetricsLog:
                 self.csv.unlink()  # the next write starts it again with its header
 
     def write_turns(self, step: int, trajectories: Sequence[Trajectory], mismatch: dict[int, dict]) -> None:
-        """One JSON line per scored turn: what the gym said of each kernel the policy wrote, and the update's
-        mismatch verdict on its trajectory (null where PRS kept none of its turns)."""
+        """One JSON line per scored turn: the reply, what the gym said of it, and the update's mismatch verdict on
+        its trajectory (null where PRS kept none of its turns)."""
         with self.rollouts.open("a") as fh:
             for i, traj in enumerate(trajectories):
                 for t, turn in enumerate(traj.turns):
                     fh.write(json.dumps({
                         "step": step, "task": traj.task_id, "episode": i, "turn": t, "reward": turn.reward,
-                        "correct": turn.correct, "speedup": turn.speedup, "coverage": turn.coverage,
-                        "hacks": list(turn.hacks), "feedback": turn.feedback, "stage_s": turn.stage_s,
-                        "mismatch": mismatch.get(i),
+                        "status": turn.status, "correct": turn.correct, "speedup": turn.speedup,
+                        "coverage": turn.coverage, "hacks": list(turn.hacks), "feedback": turn.feedback,
+                        "stage_s": turn.stage_s, "mismatch": mismatch.get(i), "reply": turn.reply,
                     }) + "\n")
 
     def write(self, metrics: dict[str, Any]) -> None:
@@ -271,6 +290,9 @@ class MetricsLog:
         shown = ("reward/mean", "correct/turn0", "correct/final", "fast@1.2", "prs/rejection_rate",
                  "mismatch/rejection_rate", "loss/total", "loss/entropy", "time/generate_s", "time/gym_wait_s")
         print(f"step {metrics['step']:>4}  " + "  ".join(f"{k} {_fmt(metrics.get(k))}" for k in shown), flush=True)
+        verdicts = {k.removeprefix("verdicts/"): v for k, v in metrics.items() if k.startswith("verdicts/")}
+        if verdicts:  # why the rewards are what they are, without opening rollouts.jsonl
+            print("           turns: " + ", ".join(f"{count} {status}" for status, count in verdicts.items()), flush=True)
 
 
 def _fmt(value: Any) -> str:
@@ -303,7 +325,11 @@ class RLTrainer:
         tasks_per_step: int,
         seed: int,
         save_every: int,
+        hyper_parameters: dict,
+        spm_model: bytes | None = None,
     ) -> None:
+        """`hyper_parameters` (and `spm_model`) of the model the policy was loaded from go into every checkpoint,
+        so `generate`, `eval-bpb` and `fit --init_from` read it as they read one of `fit`."""
         if not tasks:
             raise ValueError("tasks: no train tasks")
         if tasks_per_step < 1:
@@ -311,6 +337,7 @@ class RLTrainer:
         self.fabric, self.policy, self.optimizer, self.evaluator = fabric, policy, optimizer, evaluator
         self.tasks, self.rollout, self.algorithm = list(tasks), rollout, algorithm
         self.out_dir, self.tasks_per_step, self.seed, self.save_every = Path(out_dir), tasks_per_step, seed, save_every
+        self.hyper_parameters, self.spm_model = hyper_parameters, spm_model
         self.reference: ByteLMPolicy | None = None
         if algorithm.loss.kl_coef > 0:
             frozen = copy.deepcopy(policy.module).requires_grad_(False)
@@ -325,21 +352,25 @@ class RLTrainer:
     def checkpoint_path(self) -> Path:
         return self.out_dir / "checkpoints" / "last.ckpt"
 
-    def _state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"model": self.policy.module, "optimizer": self.optimizer, "step": self.step,
-                                 "longest_step_s": self.longest_step_s}
-        if self.reference is not None:
-            state["reference"] = self.reference.module
-        return state
+    def _training_state(self) -> dict[str, Any]:
+        """What a resume needs besides the weights (Fabric restores the optimizer in place)."""
+        return {"optimizer": self.optimizer, "step": self.step, "longest_step_s": self.longest_step_s}
 
     def save(self) -> None:
-        self.fabric.save(self.checkpoint_path, self._state())
+        state = {**lm_state(self.hyper_parameters, self.policy.module, self.spm_model), **self._training_state()}
+        if self.reference is not None:
+            state["reference_state_dict"] = self.reference.module.state_dict()
+        self.fabric.save(self.checkpoint_path, state)
 
     def load(self, path: Path) -> None:
-        state = self._state()
-        self.fabric.load(path, state)  # restores modules and the optimizer in place, plain values into `state`
+        state = self._training_state()
+        with reading(path):
+            saved = self.fabric.load(path, state)  # the optimizer in place, plain values into `state`; the rest back
+            self.policy.module.load_state_dict(model_weights(saved))
+            if self.reference is not None:
+                self.reference.module.load_state_dict(saved["reference_state_dict"])
         self.step = int(state["step"])
-        self.longest_step_s = float(state.get("longest_step_s", 0.0))
+        self.longest_step_s = float(state["longest_step_s"])
         self.log.truncate(self.step)
 
     def tasks_for_step(self, step: int) -> list[Task]:
