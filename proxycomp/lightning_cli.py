@@ -26,8 +26,8 @@ from proxycomp.runs import (
     checkpoint_step,
     continue_in_run_folder,
     continue_metrics,
+    kept_if_failed,
     newest_last,
-    removed_if_failed,
     run_root,
 )
 from proxycomp.stopping import StopAtStepBoundary
@@ -143,7 +143,7 @@ class ProxyCLI(LightningCLI):
                 self.datamodule.use_spm_model(spm_model)
 
     def fit(self, model, **kwargs) -> None:
-        with removed_if_failed(self.trainer.loggers if self.trainer.is_global_zero else []):
+        with kept_if_failed(self.trainer.loggers if self.trainer.is_global_zero else []):
             self.trainer.fit(model, **kwargs)
 
     @property

@@ -4,13 +4,15 @@ and checkpoints go (Lightning's layout), and what `fit` makes of them:
 - `--ckpt_path last` is the newest `checkpoints/last.ckpt` among the runs of that name;
 - resuming from a checkpoint inside a run folder logs on in that folder: every logger gets its version, and
   metrics.csv keeps its rows from before the checkpoint's step (Lightning's CSV logger would delete the file);
-- a run that ends in an error before writing any checkpoint leaves no folder behind.
+- a run that ends in an error before writing a checkpoint leaves the run folders as they were: one it created is
+  removed, an existing one (a resume that failed) gets its files back.
 """
 from __future__ import annotations
 
 import contextlib
 import csv
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 from proxycomp.errors import UserError
+from proxycomp.files import write_atomic
 
 LAST = "last"
 RUN_LOGGERS = ("CSVLogger", "TensorBoardLogger")  # loggers whose folder is <save_dir>/<name>/<version>
@@ -76,26 +79,31 @@ def continue_in_run_folder(trainer_config, ckpt_path: Path) -> int | str | None:
 
 
 class ContinuedMetrics(ExperimentWriter):
-    """The CSV logger's writer for a run resumed at step `step`: keeps the rows of metrics.csv logged before it
-    (Lightning logs the metrics of step s + 1 at s; later rows belong to the stretch the resumed run trains again)
-    and goes on appending."""
+    """The CSV logger's writer for a run resumed at step `step`: at its first save it drops the rows of metrics.csv
+    logged from that step on (Lightning logs the metrics of step s + 1 at s; those rows belong to the stretch the
+    resumed run trains again), then goes on appending."""
 
     def __init__(self, log_dir: str, step: int) -> None:
-        self.resumed_step = step
+        self.resumed_step, self._cut = step, False
         super().__init__(log_dir)
 
-    def _check_log_dir_exists(self) -> None:  # Lightning's deletes metrics.csv
+    def _check_log_dir_exists(self) -> None:  # Lightning's deletes metrics.csv; this one only reads its columns
         path = Path(self.metrics_file_path)
-        if not path.is_file():
-            return
-        with path.open(newline="") as f:
-            reader = csv.DictReader(f)
-            self.metrics_keys = list(reader.fieldnames or [])
-            rows = [row for row in reader if row.get("step") and float(row["step"]) < self.resumed_step]
-        with path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.metrics_keys)
-            writer.writeheader()
-            writer.writerows(rows)
+        if path.is_file():
+            with path.open(newline="") as f:
+                self.metrics_keys = list(csv.DictReader(f).fieldnames or [])
+        self._cut = path.is_file()
+
+    def save(self) -> None:
+        if self._cut and self.metrics:
+            self._cut = False
+            with open(self.metrics_file_path, newline="") as f:
+                rows = [row for row in csv.DictReader(f) if row.get("step") and float(row["step"]) < self.resumed_step]
+            with open(self.metrics_file_path, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=self.metrics_keys)
+                writer.writeheader()
+                writer.writerows(rows)
+        super().save()
 
 
 def continue_metrics(loggers: list, step: int) -> None:
@@ -116,16 +124,30 @@ class ResumedLogStep(L.Callback):
 
 
 @contextlib.contextmanager
-def removed_if_failed(loggers: list) -> Iterator[None]:
-    """Run the block; if it raises before any checkpoint was written, remove the run folders it created."""
-    new = [Path(logger.log_dir) for logger in loggers if getattr(logger, "log_dir", None)]
-    new = [folder for folder in new if not folder.exists()]
+def kept_if_failed(loggers: list) -> Iterator[None]:
+    """Run the block; if it raises before writing a checkpoint, put the loggers' run folders back as they were: one
+    it created is removed, the files at the top of an existing one (config, metrics, manifest) get their contents
+    back and the files it added there go."""
+    folders = [Path(logger.log_dir) for logger in loggers if getattr(logger, "log_dir", None)]
+    before = {folder: {f: f.read_bytes() for f in folder.iterdir() if f.is_file()} if folder.is_dir() else None
+              for folder in folders}
+    started = time.time()
     try:
         yield
     except BaseException:
-        if not any(any(folder.rglob("*.ckpt")) for folder in new if folder.exists()):
-            for folder in new:
-                shutil.rmtree(folder, ignore_errors=True)
+        new_checkpoints = [p for folder in folders if folder.is_dir() for p in folder.rglob("*.ckpt")
+                           if p.stat().st_mtime >= started]
+        if not new_checkpoints:
+            for folder, files in before.items():
+                if files is None:
+                    shutil.rmtree(folder, ignore_errors=True)
+                    continue
+                for f in folder.iterdir():
+                    if f.is_file() and f not in files:
+                        f.unlink()
+                for f, data in files.items():
+                    if not f.is_file() or f.read_bytes() != data:
+                        write_atomic(f, data)
         raise
 
 
