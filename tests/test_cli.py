@@ -1,6 +1,8 @@
 """The `proxycomp` command end to end: a tiny fit, generate and eval-bpb, run folders, continuing a run, and every
 bad-input path (one line on stderr, exit status 2, nothing lost)."""
 import errno
+import importlib
+import re
 import shutil
 import signal
 import sys
@@ -114,6 +116,17 @@ def test_last_continues_the_newest_run_for_more_steps_in_its_own_folder(run_copy
     assert "the mixing schedule stays as trained (data.mixing.total_steps 5, not 7)" in caplog.text
     manifest = (run_copy / "data_manifest.json").read_text()
     assert '"total_steps": 5' in manifest  # the schedule trained on, not the new length
+
+
+@pytest.mark.slow
+def test_a_failed_resume_leaves_the_run_folder_as_it_was(run_copy, capsys):
+    def files():
+        return {p: p.read_bytes() for p in sorted(Path("runs").rglob("*")) if p.is_file()}
+
+    before = files()
+    rc, _, err = run(["fit", "--config", "tiny.yaml", "--data.batch_size", "3", "--ckpt_path", "last"], capsys)
+    assert_one_line_error(rc, err, "fit", "data stream was made with other settings", "batch_size: 2 -> 3")
+    assert files() == before  # config.yaml, hparams.yaml, metrics.csv: the failed call's own are gone
 
 
 def test_last_without_a_run_is_one_line(recipe, capsys):
@@ -371,3 +384,70 @@ def test_rl_config_typo_is_one_line_error(capsys, tmp_path):
     assert main(["rl", "--config", str(bad), "--ckpt", str(tmp_path / "none.ckpt")]) != 0
     err = capsys.readouterr().err.strip()
     assert "stepz" in err and "Traceback" not in err
+
+
+def _options(help_text: str) -> dict[str, str]:
+    """Each option of a --help text with its description (argparse's layout: the option at 2 spaces, its text after
+    it on the same line or on the next ones)."""
+    section = help_text.split("\noptions:", 1)[-1]
+    entries = re.split(r"\n(?=  -)", section)
+    options = {}
+    for entry in entries:
+        match = re.match(r"\s*(-\S+(?: [^\s,]+)?(?:, --\S+(?: \S+)?)?)\s*(.*)", " ".join(entry.split()))
+        if match and match.group(1).startswith("-"):
+            options[match.group(1)] = match.group(2)
+    return options
+
+
+def _tool_help(module: str, entry: str, capsys, monkeypatch) -> str:
+    monkeypatch.setattr(sys, "argv", [module, "--help"])
+    with pytest.raises(SystemExit):
+        getattr(importlib.import_module(module), entry)(*([["--help"]] if entry in ("parse_args",) else []))
+    return capsys.readouterr().out
+
+
+HELP_VERBS = [["fit"], ["validate"], ["generate"], ["eval-bpb"], ["gym"], ["gym", "eval"], ["gym", "bench"], ["rl"],
+              ["compare"]]
+TOOLS = [("proxycomp.bench.data", "main"), ("proxycomp.bench.decode", "main"), ("proxycomp.bench.kernels", "main"),
+         ("proxycomp.bench.train", "parse_args"), ("proxycomp.gym_bridge.rl.compare", "main")]
+
+
+@pytest.mark.parametrize("verb", HELP_VERBS + TOOLS, ids=lambda v: " ".join(v) if isinstance(v, list) else v[0])
+def test_every_option_is_described_in_one_flag_style(verb, capsys, monkeypatch):
+    if isinstance(verb, list):
+        rc, text, _ = run([*verb, "--help"], capsys)
+        assert rc == 0
+    else:
+        text = _tool_help(*verb, capsys, monkeypatch)
+    options = _options(text)
+    assert options, text[:500]
+    undescribed = [flag for flag, description in options.items() if not description or description.startswith("(type")]
+    assert not undescribed, undescribed
+    dashed = [flag for flag in re.findall(r"(?<![\w-])--[A-Za-z][\w.-]*", text) if "-" in flag[2:]]
+    assert not dashed, dashed  # snake_case flags, dotted for nested fields
+
+
+def test_the_top_level_usage_describes_every_verb(capsys):
+    rc, out, _ = run(["--help"], capsys)
+    assert rc == 0
+    for verb in proxycomp_cli.VERBS:
+        assert re.search(rf"^  {verb} +\w", out, re.M), verb
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["rl", "--ckpt", "x.ckpt", "--rollout.turn", "2"], "--rollout.turn"),
+    (["fit", "--trainer.max_step", "5"], "--trainer.max_step"),
+    (["generate", "--ckpt", "x.ckpt", "--prompt", "x", "--max_byte", "4"], "--max_byte"),
+    (["eval-bpb", "--ckpt", "x.ckpt", "--dat", "src"], "--dat"),
+])
+def test_abbreviated_flags_are_refused(argv, flag, capsys):
+    rc, _, err = run(argv, capsys)
+    assert_one_line_error(rc, err, argv[0], f"unrecognized arguments: {flag}")
+
+
+def test_abbreviated_tool_flags_are_refused(capsys):
+    from proxycomp.gym_bridge.rl import compare
+
+    with pytest.raises(SystemExit) as done:
+        compare.main(["--out", "x", "--summarize"])
+    assert done.value.code == 2 and "unrecognized arguments: --summarize" in capsys.readouterr().err
