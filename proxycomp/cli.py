@@ -35,12 +35,13 @@ def command_parser(prog: str, description: str):
 def build_cli(args: Sequence[str] | None, run: bool = True):
     """The LightningCLI for `args` (a subcommand and its options; None: sys.argv); `run=False` builds only."""
     from proxycomp.data import ProxyDataModule
-    from proxycomp.lightning_cli import ProxyCLI, trainer_defaults
+    from proxycomp.lightning_cli import ProxyCLI, ignore_library_warnings, trainer_defaults
     from proxycomp.lit import ProxyLM
 
     with warnings.catch_warnings():
         # LightningCLI warns whenever sys.argv holds arguments besides `args`: they are the dispatcher's own.
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        ignore_library_warnings()
         return ProxyCLI(
             ProxyLM, ProxyDataModule, args=None if args is None else list(args), run=run, seed_everything_default=0,
             trainer_defaults=trainer_defaults(), parser_kwargs={"exit_on_error": False, "allow_abbrev": False},

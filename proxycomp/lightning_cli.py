@@ -34,13 +34,17 @@ from proxycomp.stopping import StopAtStepBoundary
 from proxycomp.vocab import Vocabulary
 
 
-# Noise on every run that says nothing about it: Lightning's advertisement for its cloud logger, and a
-# deprecation inside Lightning's own pytree helper under this torch (Lightning's to fix, not ours).
+# Lightning's advertisement for its cloud logger, printed on every run.
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
     lambda record: not str(record.msg).startswith("💡 Tip"))
-warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
-# A resumed run checkpoints into its own folder again, which is what Lightning warns about here.
-warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+
+
+def ignore_library_warnings() -> None:
+    """Warnings on every run that say nothing about it (call inside warnings.catch_warnings)."""
+    # A deprecation inside Lightning's own pytree helper under this torch: Lightning's to fix, not ours.
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+    # A resumed run checkpoints into its own folder again, which is what Lightning warns about here.
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 
 
 class ConfigError(UserError):

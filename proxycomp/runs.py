@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
@@ -107,7 +108,7 @@ class ContinuedMetrics(ExperimentWriter):
 
 
 def continue_metrics(loggers: list, step: int) -> None:
-    """Let each CSV logger continue its metrics.csv after `step` (call before anything is logged)."""
+    """Let each CSV logger continue its metrics.csv from `step` on (call before the loggers are used)."""
     for logger in loggers:
         if isinstance(logger, CSVLogger):
             logger._experiment = ContinuedMetrics(logger.log_dir, step)
@@ -153,7 +154,5 @@ def kept_if_failed(loggers: list) -> Iterator[None]:
 
 def checkpoint_step(path: Path) -> int:
     """The optimizer step a Lightning checkpoint was written at (read without loading its tensors)."""
-    import torch
-
     checkpoint: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     return int(checkpoint.get("global_step", 0))
