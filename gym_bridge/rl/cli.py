@@ -186,8 +186,8 @@ def parse_config(argv: Sequence[str]) -> tuple[RLConfig, RunArgs]:
 
 @dataclass
 class BaseModel:
-    """The model RL starts from: what every checkpoint of the run carries besides its weights, and the module
-    that checks a saved model fits it."""
+    """The model RL starts from: its module, against which a saved model is checked, and its hyper-parameters and
+    tokenizer, which every checkpoint of the run carries besides its own weights."""
 
     lm: ProxyLM
     hyper_parameters: dict
