@@ -85,6 +85,28 @@ class ProxyCLI(LightningCLI):
                  "optimizer, schedule and data stream (--ckpt_path instead resumes a run where it stopped); "
                  "validate ignores it")
 
+    def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
+        super().parse_arguments(parser, args)
+        # Right after parsing, before `last` is resolved or anything is seeded or loaded, so that a call missing
+        # what a run needs is told so in one line (not by the mixing schedule's "total_steps must be positive").
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else self.config
+        if subcommand == "validate" and not config.get("config"):
+            raise UserError("validate needs the config the checkpoint was trained with: --config RUN/config.yaml "
+                            "(every run folder keeps one) or the recipe")
+        if subcommand == "validate" and not config.get("ckpt_path"):
+            raise UserError("validate needs --ckpt_path: a .ckpt, or last for the newest run of the config's name")
+        max_steps = config.trainer.max_steps
+        if not config.get("config") and (max_steps is None or max_steps < 1):
+            raise UserError("fit needs a recipe: --config recipes/smoke/proxy_spm.yaml or another of recipes/")
+        if max_steps is None or max_steps < 1:
+            raise UserError(f"trainer.max_steps is {'not set' if max_steps in (None, -1) else max_steps}: it is the "
+                            "run's length, which the learning-rate and mixing schedules follow; set it in the recipe "
+                            "or pass e.g. --trainer.max_steps 300")
+        if subcommand == "fit" and config.get("init_from") and config.get("ckpt_path"):
+            raise UserError("--init_from starts a new run from a checkpoint's weights and --ckpt_path resumes one; "
+                            "pass one of them")
+
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads the model's hyper-parameters from --ckpt_path first: `last` is resolved, and a missing
         # or damaged file ends here, in one line, before any data is loaded.
@@ -99,19 +121,6 @@ class ProxyCLI(LightningCLI):
             super()._parse_ckpt_path()  # replaces self.config
             if subcommand == "fit" and continue_in_run_folder(self.config.fit.trainer, path) is not None:
                 self.resumed_step = checkpoint_step(path)
-
-    def before_instantiate_classes(self) -> None:
-        config = self.config[self.subcommand] if self.subcommand else self.config
-        if self.subcommand == "validate" and not config.get("config"):
-            raise UserError("validate needs the config the checkpoint was trained with: --config RUN/config.yaml "
-                            "(every run folder keeps one) or the recipe")
-        if config.trainer.max_steps is None or config.trainer.max_steps < 1:
-            raise UserError(f"trainer.max_steps is {config.trainer.max_steps}: set the run's length (it drives the "
-                            "learning-rate and mixing schedules), e.g. --config recipes/smoke/proxy_spm.yaml or "
-                            "--trainer.max_steps 300")
-        if self.subcommand == "fit" and config.get("init_from") and config.get("ckpt_path"):
-            raise UserError("--init_from starts a new run from a checkpoint's weights and --ckpt_path resumes one; "
-                            "pass one of them")
 
     def instantiate_classes(self) -> None:
         # A constructor that rejects its arguments means a bad config, whichever class raised it.

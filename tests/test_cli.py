@@ -158,14 +158,21 @@ def test_validate_reports_without_writing_and_refuses_what_does_not_fit(run_copy
     Path("byte.yaml").write_text(TINY_RECIPE.replace("names: [raw, spm], spm_vocab_size: 512", "names: [raw]"))
     rc, _, err = run(["validate", "--config", "byte.yaml", "--ckpt_path", "last"], capsys)
     assert_one_line_error(rc, err, "validate", "weights do not fit this model", "arch.vocab_size: 832 -> 320")
-    rc, _, err = run(["validate", "--ckpt_path", "last"], capsys)
-    assert_one_line_error(rc, err, "validate", "needs the config the checkpoint was trained with")
     assert sorted(Path(".").rglob("*")) == sorted([*before, Path("byte.yaml")])
 
 
-def test_fit_without_a_length_is_one_line(recipe, capsys):
-    rc, _, err = run(["fit"], capsys)
-    assert_one_line_error(rc, err, "fit", "trainer.max_steps is -1", "--config recipes/smoke/proxy_spm.yaml")
+@pytest.mark.parametrize("argv, fragment", [
+    (["fit"], "fit: error: fit needs a recipe: --config recipes/smoke/proxy_spm.yaml"),
+    (["fit", "--config", "short.yaml"], "fit: error: trainer.max_steps is not set: it is the run's length"),
+    (["fit", "--config", "tiny.yaml", "--trainer.max_steps", "0"], "fit: error: trainer.max_steps is 0"),
+    (["validate", "--ckpt_path", "last"], "validate: error: validate needs the config the checkpoint was trained with"),
+    (["validate", "--config", "tiny.yaml"], "validate: error: validate needs --ckpt_path: a .ckpt, or last"),
+])
+def test_a_call_without_what_the_run_needs_says_what_in_one_line(recipe, capsys, argv, fragment):
+    """Said before anything is seeded, resolved or loaded: stderr holds that line alone."""
+    recipe.with_name("short.yaml").write_text(TINY_RECIPE.replace("  max_steps: 5\n", ""))
+    rc, _, err = run(argv, capsys)
+    assert rc == 2 and err.splitlines() == [err.strip()] and err.startswith(f"proxycomp {fragment}")
 
 
 def test_a_failed_fit_leaves_no_run_folder(recipe, capsys, tmp_path):
