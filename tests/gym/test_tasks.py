@@ -26,6 +26,7 @@ from proxycomp.gym_bridge.tasks import (
     TaskError,
     list_tasks,
     load_task,
+    load_task_set,
 )
 
 TASKS = list_tasks()
@@ -331,3 +332,21 @@ def _compile_solutions_for_hopper(task_names: list[str]) -> None:
 
 if __name__ == "__main__":
     _compile_solutions_for_hopper(sys.argv[1:])
+
+
+def test_task_set_splits_are_checked(tmp_path):
+    for stem in ("a", "b", "c"):
+        (tmp_path / f"{stem}.py").write_text((TASKS_DIR / "relu.py").read_text())
+    assert [t.name for t in load_task_set(tmp_path).split("all")] == ["a", "b", "c"]
+    (tmp_path / "splits.json").write_text('{"train": ["a", "b"], "heldout": ["c"]}')
+    task_set = load_task_set(tmp_path)
+    assert [t.name for t in task_set.split("train")] == ["a", "b"] and task_set.split("heldout")[0].name == "c"
+    with pytest.raises(TaskError, match="no split 'test'"):
+        task_set.split("test")
+    for bad, message in (('{"train": ["a", "zz"]}', "not in the folder: zz"), ('{"x": ["a"], "y": ["a"]}', "in both"),
+                         ("[1]", "expected"), ("{", "not valid JSON")):
+        (tmp_path / "splits.json").write_text(bad)
+        with pytest.raises(TaskError, match=message):
+            load_task_set(tmp_path)
+    with pytest.raises(TaskError, match="not a folder"):
+        load_task_set(tmp_path / "missing")
