@@ -10,7 +10,7 @@ from .config import Candidate, EvalConfig
 from .extract import extract_code
 from .result import EvalResult
 from .reward import compute_reward
-from .static_checks import check_source
+from .static_checks import StaticReport, check_source
 from .tasks import load_task
 
 
@@ -23,13 +23,15 @@ class Pool(Protocol):
 class Evaluator:
     """`submit(batch) -> results` (same order). A context manager; `close()` stops the workers."""
 
-    def __init__(self, pool: Pool | None = None, config: EvalConfig | None = None) -> None:
+    def __init__(self, pool: Pool | None = None, config: EvalConfig | None = None, static_checks: bool = True) -> None:
+        """`static_checks=False` sends every candidate to the judge as it is (to audit the judge alone)."""
         if pool is None:
             from .pool import LocalPool
 
             pool = LocalPool()
         self.pool = pool
         self.config = config or EvalConfig()
+        self.static_checks = static_checks
 
     def __enter__(self) -> "Evaluator":
         return self
@@ -54,7 +56,7 @@ class Evaluator:
             if code is None:
                 results[i] = self._finish(base, {}, "no code block found in the reply")
                 continue
-            report = check_source(code)
+            report = check_source(code) if self.static_checks else StaticReport()
             base.warnings = report.warnings
             if report.syntax_error:
                 base.status, base.error = "error", report.syntax_error
@@ -76,7 +78,8 @@ class Evaluator:
     def _finish(self, r: EvalResult, raw: dict, failure: str) -> EvalResult:
         for key in ("compiled", "error", "trials", "trials_passed", "max_abs_err", "speedup", "coverage",
                     "kernel_ms", "kernel_iqr_ms", "ref_ms", "ref_compile_ms", "timing_available",
-                    "launched_kernels", "device", "exit_code", "attempts", "stage_s"):
+                    "launched_kernels", "torch_ops", "containment", "timing_check", "device", "exit_code",
+                    "attempts", "stage_s"):
             if raw.get(key) is not None:
                 setattr(r, key, raw[key])
         r.hacks = list(dict.fromkeys(r.hacks + list(raw.get("hacks", []))))

@@ -120,12 +120,12 @@ def test_task_gpu_sizes_are_distinct_and_moderate(task):
 
 
 def test_the_gym_makes_inputs_on_its_device_and_moves_those_made_elsewhere():
-    from proxycomp.gym_bridge.harness import _device_inputs
+    from proxycomp.gym_bridge.timing import draw_inputs
 
     task = ModuleType("host_task")
     task.SIZES = {"gpu": {}}
     task.get_inputs = lambda size: [torch.randn(3, 5).half(), torch.arange(4, device="cpu"), [torch.ones(2)], 7]
-    drawn, host, nested, number = _device_inputs(task, "gpu", "meta")
+    drawn, host, nested, number = draw_inputs(task, "gpu", 0, "meta")
     assert drawn.device.type == host.device.type == nested[0].device.type == "meta" and number == 7
     assert drawn.dtype == torch.float16 and host.dtype == torch.int64
 
