@@ -73,3 +73,15 @@ def test_spm_doc_ids_are_the_spm_streams_windows(bench_kernels):
     assert doc_ids.shape == (2, 256)
     assert (doc_ids[:, 1:] >= doc_ids[:, :-1]).all()  # packed: ids never decrease within a window
     assert bench_kernels.causal_pairs(doc_ids) <= 2 * 256 * 257 // 2
+
+
+def test_short_tile_sweep_rows_name_their_config(bench_kernels):
+    for dim, configs in bench_kernels.SWEEP_SHORT.items():
+        default = bench_kernels.default_config(dim, torch.device("cuda"))
+        assert configs[0] == (default.short_span, default.short_block, default.short_step, default.short_warps,
+                              default.short_stages)
+        assert configs[1][0] == 0  # the single launch, the reference each config is checked against
+    result = dict(kind="sweep_short", B=8, H=12, S=4096, D=64, docs=32, config=(128, 32, 32, 4, 2), ms=0.5,
+                  rounds_ms=[0.5, 0.6, 0.4])
+    rows, _ = bench_kernels.summary([result])
+    assert rows[0] == "sweep short (8, 12, 4096, 64)  docs=32   (128, 32, 32, 4, 2)        0.500 ms graph"
