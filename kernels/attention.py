@@ -440,7 +440,8 @@ def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
         return AttentionConfig(32, 16, 4, 1, 32, 16, 32, 16, 4, 1, short_span=32, short_block=16, short_step=16,
                                short_stages=1)
     # Short tiles: spans up to two big tiles, in blocks that waste fewer masked pairs on documents of a few hundred
-    # positions and leave room for several programs per multiprocessor to hide each short loop's latency.
+    # positions and leave room for several programs per multiprocessor to hide each short loop's latency. Picked by
+    # that reasoning, not yet timed: `--parts sweep` times them against the alternatives (SWEEP_SHORT).
     if head_dim <= 64:
         return AttentionConfig(64, 64, 4, 3, 64, 64, 64, 64, 4, 3, short_span=128, short_block=32, short_step=32)
     return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3, short_span=256, short_block=64, short_step=32)
