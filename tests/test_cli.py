@@ -134,7 +134,7 @@ def recipe(tmp_path, monkeypatch) -> Path:
     "override, fragments",
     [
         (["--data.views.names", "[raw, gzip]"], ["unknown view 'gzip'"]),
-        (["--model.arch.attn_backend", "flex"], ["unknown model.arch.attn_backend 'flex'", "sdpa, triton, flash_attn"]),
+        (["--model.arch.attn_backend", "xformers"], ["unknown model.arch.attn_backend 'xformers'", "sdpa, triton, flash_attn, flex"]),
         (["--model.arch.n_heads", "3"], ["model.arch.d_model (32) must be divisible by model.arch.n_heads (3)"]),
         (["--model.compile_mode", "reduce_overhead"], ["model.compile_mode='reduce_overhead'", "reduce-overhead"]),
         (["--data.seq_len", "1"], ["seq_len >= 2"]),
