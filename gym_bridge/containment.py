@@ -59,13 +59,18 @@ def _call(fn, *args) -> int:
     return result if result >= 0 else -ctypes.get_errno()
 
 
-def enter_namespaces() -> bool:
-    """Unshare PID, network and IPC namespaces for the children this process forks next (needs CAP_SYS_ADMIN);
-    else become a child subreaper, so orphaned descendants come back to this process to be killed."""
-    if _call(_libc.unshare, CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC) == 0:
-        return True
+def enter_namespaces(cuda: bool) -> list[str]:
+    """Unshare namespaces for the children this process forks next (needs CAP_SYS_ADMIN): network and IPC, and PID
+    except with CUDA, whose driver does not start in a PID namespace of its own (error 304 on the H200). Without a
+    PID namespace this process becomes a child subreaper instead, so orphaned descendants come back to it to be
+    killed. Returns the layers in force."""
+    layers = []
+    if _call(_libc.unshare, CLONE_NEWNET | CLONE_NEWIPC) == 0:
+        layers.append("net-ipc-namespaces")
+    if not cuda and _call(_libc.unshare, CLONE_NEWPID) == 0:
+        return layers + ["pid-namespace"]
     _call(_libc.prctl, PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    return False
+    return layers + ["subreaper"]
 
 
 def kill_descendants() -> None:
@@ -348,10 +353,12 @@ def install_audit_hook(workdir: str, read_roots: list[str], devices: list[str], 
             if not writing and not _under(path, read_roots):
                 refuse(f"file_read:{path}")
         elif event in WRITE_EVENTS:
+            if event == "os.mkdir" and os.path.isdir(args[0]):
+                return  # makedirs(exist_ok=True) passing through an existing folder (a cache's root) changes nothing
             for target in args[:2]:
                 path = _real(target) if isinstance(target, (str, bytes, os.PathLike)) else None
                 if path and not _under(path, (workdir,)):
-                    refuse(f"file_write:{path}")
+                    refuse(f"file_write:{path} ({event})")
         elif event in READ_EVENTS:
             path = _real(args[0]) if args and isinstance(args[0], (str, bytes, os.PathLike)) else None
             if path and not _under(path, read_roots):

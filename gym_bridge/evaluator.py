@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from .config import Candidate, EvalConfig
@@ -15,7 +16,7 @@ from .tasks import load_task
 
 
 class Pool(Protocol):
-    def run(self, jobs: list[dict]) -> list[dict]: ...
+    def run(self, jobs: list[dict], on_result: Callable[[int, dict], None] | None = None) -> list[dict]: ...
 
     def close(self) -> None: ...
 
@@ -42,7 +43,9 @@ class Evaluator:
     def close(self) -> None:
         self.pool.close()
 
-    def submit(self, batch: list[Candidate]) -> list[EvalResult]:
+    def submit(self, batch: list[Candidate],
+               on_result: Callable[[EvalResult], None] | None = None) -> list[EvalResult]:
+        """Results in batch order; `on_result` is called with each as soon as it is known."""
         started = time.monotonic()
         tasks = {c.task: load_task(c.task) for c in batch}
         sources = {spec: (task.name, task.source) for spec, task in tasks.items()}
@@ -67,9 +70,19 @@ class Evaluator:
             else:
                 jobs.append({"task_source": source, "candidate_code": code, "config": cfg})
                 slots.append((i, base))
-        measured = self.pool.run(jobs) if jobs else []
-        for (i, base), raw in zip(slots, measured):
+        if on_result is not None:
+            for r in results:
+                if r is not None:
+                    on_result(r)
+
+        def finished(k: int, raw: dict) -> None:
+            i, base = slots[k]
             results[i] = self._finish(base, raw, "")
+            if on_result is not None:
+                on_result(results[i])
+
+        if jobs:
+            self.pool.run(jobs, finished)
         per = (time.monotonic() - started) / max(len(batch), 1)
         for r in results:
             r.eval_s = round(per, 4)

@@ -190,6 +190,11 @@ class Judge:
         self.env = config["env"]
         self.root = config["workdir"]
         self.lock = DeviceLock(config["timing_lock"]) if config.get("timing_lock") else None
+        # Judges sharing a GPU split its memory: each judge and its candidate get half of this slot's share, so a
+        # candidate that runs out of memory ran out of its own (a retry alone then gets nearly all of it).
+        self.gpu_share = config.get("gpu_share", 0.9)
+        if self.device == "cuda":
+            torch.cuda.set_per_process_memory_fraction(self.gpu_share / 2)
         self.triton_base = self._warm_up() if self.device == "cuda" else None
         self.tasks: dict[str, ModuleType] = {}
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references are true fp32
@@ -221,11 +226,18 @@ class Judge:
                                "stage_s": {}, "torch_ops": []}
         started = clock()
         cand = None
+        alone = bool(cfg.get("alone"))  # a retry after the device ran out of memory: no other job on the GPU
         try:
             task = self._task(job["task_source"])
-            cand = self._spawn(cfg)
-            res["containment"] = cand.layers
-            self._judge(task, job, cand, res)
+            with self._turn(cfg, exclusive=True) if alone else _no_lock():
+                cand = self._spawn(cfg, alone)
+                res["containment"] = cand.layers
+                timing = self._judge(task, job, cand, res, (lambda exclusive: _no_lock()) if alone else
+                                     (lambda exclusive: self._turn(cfg, exclusive)))
+                if timing is not None:
+                    with _no_lock() if alone else self._turn(cfg, exclusive=True) as waited:
+                        res["stage_s"]["lock_wait"] = round(waited, 4)
+                        self._time(task, job, cand, *timing, res)
         except CandidateGone as gone:
             res.update(status=gone.status, error=str(gone))
             if gone.exit_code is not None:
@@ -233,12 +245,14 @@ class Judge:
         except TimeoutError as exc:  # the device lock stayed taken: the gym's fault, no verdict on the candidate
             res.update(status="infra_error", error=str(exc))
         except torch.cuda.OutOfMemoryError as exc:
-            res.update(status="infra_error", error=f"the judge ran out of device memory: {str(exc)[:300]}")
+            res.update(status="resource", error=f"the judge ran out of device memory: {str(exc)[:300]}")
         finally:
             if cand is not None:
                 res["hacks"] = cand.violations + res["hacks"]
                 cand.close()
         res["hacks"] = list(dict.fromkeys(res["hacks"]))
+        if res.get("status") == "resource" and self.device == "cuda" and "device" in res["error"] and not alone:
+            res["retry_alone"] = True  # never the candidate's fault while others share the GPU: once more, alone
         res["stage_s"]["total"] = round(clock() - started, 4)
         if self.device == "cuda":
             torch.cuda.empty_cache()
@@ -255,7 +269,7 @@ class Judge:
             self.tasks[source] = module
         return self.tasks[source]
 
-    def _spawn(self, cfg: dict) -> CandidateProcess:
+    def _spawn(self, cfg: dict, alone: bool) -> CandidateProcess:
         workdir = tempfile.mkdtemp(prefix="candidate-", dir=self.root)
         mine, theirs = wire.pair()
         status_r, status_w = os.pipe()
@@ -264,7 +278,7 @@ class Judge:
                                                "HOME": workdir, "TMPDIR": workdir},
                    "device": self.device, "memory_mb": cfg["memory_limit_mb"], "cpu_s": cfg["cpu_limit_s"],
                    "flush_mb": cfg["l2_flush_mb"], "extra_allowed_ops": list(cfg["extra_allowed_ops"]),
-                   "triton_base": self.triton_base}
+                   "triton_base": self.triton_base, "gpu_fraction": 0.9 if alone else self.gpu_share / 2}
         try:
             socket.send_fds(self.zygote, [json.dumps(request).encode()], [theirs.fileno(), status_w, lifeline_r])
         finally:
@@ -291,7 +305,9 @@ class Judge:
             raise CandidateGone("error", "the candidate process did not start")
         return msg
 
-    def _judge(self, task: ModuleType, job: dict, cand: CandidateProcess, res: dict) -> None:
+    def _judge(self, task: ModuleType, job: dict, cand: CandidateProcess, res: dict, turn) -> tuple | None:
+        """Calibration (GPU), load and correctness; what timing needs when it is due (GPU, correct), else None.
+        `turn(exclusive)` takes the GPU's lock for a phase."""
         cfg = job["config"]
         size, dev = cfg["size"], self.device
         fixed = cfg.get("seed")
@@ -302,15 +318,25 @@ class Judge:
         ref = task.Model(*init).to(dev).eval()
         baseline_threads = cand.threads()
         calibration: list[float] = []
-        if dev == "cuda":  # before the candidate's code exists in its process
-            calibration = self._calibrate(cand, task, job, input_seed)
+        if dev == "cuda":  # before the candidate's code exists in its process, and with the GPU to itself
+            with turn(True):
+                calibration = self._calibrate(cand, task, job, input_seed)
+        with turn(False):
+            return self._check(task, job, cand, res, ref, init, init_seed, input_seed, baseline_threads, calibration,
+                               lap)
+
+    def _check(self, task: ModuleType, job: dict, cand: CandidateProcess, res: dict, ref: Any, init: list,
+               init_seed: int, input_seed: int, baseline_threads: int | None, calibration: list[float],
+               lap: float) -> tuple | None:
+        cfg = job["config"]
+        size, dev = cfg["size"], self.device
         items, tensors = wire.encode(init)
         reply, fd = cand.ask({"op": "load", "code": job["candidate_code"], "init": items, "init_seed": init_seed,
                               "max_bytes": _nbytes(tensors)}, tensors)
         _close(fd)
         if "error" in reply:
             self._failed(reply, res)
-            return
+            return None
         res["compiled"] = True
         lap = _lap(res, "load", lap)
 
@@ -352,13 +378,16 @@ class Judge:
             return
         res["correct"] = True
         lap = _lap(res, "check", lap)
-        if dev != "cuda":
-            return
-        timeout = max(0.0, cand.deadline - time.monotonic())
-        with self.lock.hold(timeout_s=timeout) if self.lock else _no_lock() as waited:
-            res["stage_s"]["lock_wait"] = round(waited, 4)
-            self._time(task, job, cand, ref, calibration, input_seed, res)
-        _lap(res, "time", lap)
+        return (ref, calibration, input_seed, lap) if dev == "cuda" else None
+
+    def _turn(self, cfg: dict, exclusive: bool):
+        """The GPU's lock: shared while loading and checking (others may do the same), exclusive while timing and
+        for a retry that must run alone. Yields the seconds waited."""
+        if self.lock is None:
+            return _no_lock()
+        if exclusive:
+            return self.lock.hold(timeout_s=cfg["timeout_s"])
+        return self.lock.share()
 
     # ---- correctness calls ------------------------------------------------------------------------------------
     def _call(self, cand: CandidateProcess, inputs: list, grad: bool, expected: list,
@@ -406,7 +435,8 @@ class Judge:
             res["hacks"].append("exit_call:SystemExit")
         if any(sign in res["error"] for sign in OUT_OF_MEMORY):
             res["status"] = "resource"
-            res["error"] = "memory limit exceeded: " + res["error"]
+            where = "device" if "CUDA" in res["error"] else "host"
+            res["error"] = f"{where} memory limit exceeded: " + res["error"]
 
     # ---- timing ---------------------------------------------------------------------------------------------
     def _calibrate(self, cand: CandidateProcess, task: ModuleType, job: dict, input_seed: int) -> list[float]:
@@ -443,7 +473,7 @@ class Judge:
         return float(ms), wall
 
     def _time(self, task: ModuleType, job: dict, cand: CandidateProcess, ref: Any, calibration: list[float],
-              input_seed: int, res: dict) -> None:
+              input_seed: int, lap: float, res: dict) -> None:
         cfg = job["config"]
         measured = self._measure(task, job, cand, ref, calibration, res)
         if measured is None:
@@ -460,6 +490,7 @@ class Judge:
         if cfg["compile_reference"]:
             compiled = torch.compile(ref)
             res["ref_compile_ms"] = self._time_here(task, cfg, compiled)[0]
+        _lap(res, "time", lap)
 
     def _measure(self, task: ModuleType, job: dict, cand: CandidateProcess, ref: Any, calibration: list[float],
                  res: dict) -> tuple[float, float, float, float] | None:

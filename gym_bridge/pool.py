@@ -20,7 +20,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from . import wire
 from .containment import scrubbed_env
@@ -101,10 +102,10 @@ class JudgeProcess:
     """The pool's handle on one judge process."""
 
     def __init__(self, zygote: Zygote, workdir: str, env: dict[str, str], timing_lock: str | None,
-                 device: str) -> None:
+                 device: str, gpu_share: float) -> None:
         self.workdir = workdir
         self.sock, theirs = wire.pair()
-        request = {"workdir": workdir, "env": env, "timing_lock": timing_lock, "device": device}
+        request = {"workdir": workdir, "env": env, "timing_lock": timing_lock, "device": device, "gpu_share": gpu_share}
         try:
             zygote.fork_judge(request, theirs.fileno())
         finally:
@@ -208,8 +209,9 @@ class LocalPool:
             zygote = self._zygote
         workdir = tempfile.mkdtemp(prefix=f"judge{slot}-", dir=self.workdir)
         gpu = self.devices[slot] if self.devices else ""
+        share = 0.9 / self.devices.count(gpu) if gpu else 0.0  # of the GPU's memory, for this slot
         return JudgeProcess(zygote, workdir, gym_env(workdir, {"CUDA_VISIBLE_DEVICES": gpu}),
-                            timing_lock_path(gpu) if gpu else None, "cuda" if gpu else "cpu")
+                            timing_lock_path(gpu) if gpu else None, "cuda" if gpu else "cpu", share)
 
     def _run_one(self, job: dict) -> dict:
         config = job["config"]
@@ -232,14 +234,26 @@ class LocalPool:
                     continue
                 if result.get("status") == "infra_error" and attempt <= config["retries"]:
                     continue
+                if result.pop("retry_alone", False):  # the GPU ran out of memory while shared: once more, alone
+                    job = dict(job, config={**config, "alone": True})
+                    config = job["config"]
+                    continue
                 result["attempts"] = attempt
                 return result
         finally:
             self._idle.put(slot)
 
-    def run(self, jobs: list[dict]) -> list[dict]:
-        """Results in job order; each job dict carries its own config."""
-        return list(self._executor.map(self._run_one, jobs))
+    def run(self, jobs: list[dict], on_result: Callable[[int, dict], None] | None = None) -> list[dict]:
+        """Results in job order; each job dict carries its own config. `on_result(index, result)` is called as
+        each finishes, in finishing order."""
+        futures = {self._executor.submit(self._run_one, job): i for i, job in enumerate(jobs)}
+        results: list[dict] = [{}] * len(jobs)
+        for future in as_completed(futures):
+            i = futures[future]
+            results[i] = future.result()
+            if on_result is not None:
+                on_result(i, results[i])
+        return results
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)

@@ -35,11 +35,19 @@ def _keep_only(fds: list[int]) -> None:
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
-def _run_judge(req: dict, pool_fd: int, zygote_fd: int) -> None:
-    os.setsid()
+def _environment(req: dict) -> None:
+    """This child's folder and environment; the temporary folder the zygote's tempfile cached is not its own."""
+    import tempfile
+
     os.chdir(req["workdir"])
     os.environ.clear()
     os.environ.update(req["env"])
+    tempfile.tempdir = None
+
+
+def _run_judge(req: dict, pool_fd: int, zygote_fd: int) -> None:
+    os.setsid()
+    _environment(req)
     from .judge import serve
 
     serve(socket.socket(fileno=pool_fd), socket.socket(fileno=zygote_fd), req)
@@ -48,9 +56,7 @@ def _run_judge(req: dict, pool_fd: int, zygote_fd: int) -> None:
 def _run_candidate(req: dict, sock_fd: int) -> None:
     """The candidate process: trusted set-up, containment, then the candidate's requests (candidate.serve)."""
     workdir = req["workdir"]
-    os.chdir(workdir)
-    os.environ.clear()
-    os.environ.update(req["env"])
+    _environment(req)
     log = os.open(os.path.join(workdir, "output.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -65,6 +71,8 @@ def _run_candidate(req: dict, sock_fd: int) -> None:
     cuda = req["device"] == "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 is fp32: a reference-precision comparison
     torch.backends.cudnn.allow_tf32 = False
+    if cuda:
+        torch.cuda.set_per_process_memory_fraction(req["gpu_fraction"])
     _warm_up(cuda)  # before containment: the profiler and the driver start their threads now
     roots, devices = containment.read_only_roots(), containment.device_files()  # read while they can be
     layers = containment.contain(workdir, roots, devices, memory_mb=req["memory_mb"], cuda=cuda, cpu_s=req["cpu_s"])
@@ -100,12 +108,13 @@ def _monitor(req: dict, sock_fd: int, status_w: int, lifeline_r: int) -> None:
     from . import containment
 
     os.setsid()
-    namespaces = containment.enter_namespaces()
+    namespaces = containment.enter_namespaces(req["device"] == "cuda")
+    pid_namespace = "pid-namespace" in namespaces
     pid = os.fork()
     if pid == 0:
         try:
             _keep_only([sock_fd])
-            req["layers"] = ["pid-net-ipc-namespaces"] if namespaces else ["subreaper"]
+            req["layers"] = namespaces
             _run_candidate(req, sock_fd)
         except BaseException:  # noqa: BLE001 - reported through the exit code and output.log
             import traceback
@@ -120,7 +129,7 @@ def _monitor(req: dict, sock_fd: int, status_w: int, lifeline_r: int) -> None:
     if lifeline_r in ready:  # the judge is done with it, or gone
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
-    if not namespaces:  # a PID namespace dies with its first process; without one, kill what it left behind
+    if not pid_namespace:  # a PID namespace dies with its first process; without one, kill what it left behind
         containment.kill_descendants()
     os.write(status_w, (json.dumps({"exit": os.waitstatus_to_exitcode(status)}) + "\n").encode())
     os._exit(0)

@@ -16,7 +16,7 @@ def judge_all(size: str) -> dict:
     for h in HOSTILE:
         batch += [Candidate(RELU_TASK, h.code, h.name), Candidate(RELU_TASK, HONEST_RELU, f"honest_after_{h.name}"),
                   Candidate(RELU_TASK, WRONG, f"wrong_after_{h.name}")]
-    pool = LocalPool(num_workers=2 if size == "cpu" else None)
+    pool = LocalPool(num_workers=2 if size == "cpu" else 4)  # on one GPU, four slots take turns timing
     try:
         config = EvalConfig(size=size, **CONFIG)
         results = {r.id: r for r in Evaluator(pool, config).submit(batch)}
