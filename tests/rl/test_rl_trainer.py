@@ -356,14 +356,14 @@ def test_end_to_end_smoke(tiny_ckpt, tmp_path, capsys):
               "--save_every", "1", "--rollout.samples_per_task", "2", "--rollout.turns", "2",
               "--rollout.prompt_max_bytes", "1600", "--max_context", "4096", "--warmstart.fix_share", "0.3",
               "--evaluation.samples_per_task", "1", "--evaluation.turns", "1"]
-    assert main(common + ["--warmstart.steps", "3", "--warmstart.batch_size", "2", "--steps", "2"]) == 0
+    assert proxycomp(["rl", *common, "--warmstart.steps", "3", "--warmstart.batch_size", "2", "--steps", "2"]) == 0
     printed = capsys.readouterr().out
     assert "warm start step" in printed and "| before RL | cpu | all |" in printed and "| after 2 steps |" in printed
     assert (out / "checkpoints" / "last.ckpt").is_file() and (out / "warmstart" / "corpus.jsonl").is_file()
     assert [r["task"] for r in json.loads((out / "eval_after.json").read_text())] == ["relu", "silu", "all"]
     first = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert first["time/generate_s"] > 0 and first["time/gym_wait_s"] > 0
-    assert main(common + ["--steps", "3", "--resume"]) == 0
+    assert proxycomp(["rl", *common, "--steps", "3", "--resume"]) == 0
     assert "resumed at step 2" in capsys.readouterr().out
     rows = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["step"] for r in rows] == [1, 2, 3]
