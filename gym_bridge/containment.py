@@ -21,8 +21,11 @@ it forks) can lift it:
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
+import platform
 import resource
+import signal
 import sys
 import sysconfig
 
@@ -75,8 +78,6 @@ def enter_namespaces(cuda: bool) -> list[str]:
 
 def kill_descendants() -> None:
     """SIGKILL every process this (subreaper) process still has below it, until none is left."""
-    import signal
-
     while True:
         children = _children(os.getpid())
         if not children:
@@ -105,8 +106,6 @@ def _children(pid: int) -> list[int]:
 
 
 def die_with_parent() -> None:
-    import signal
-
     _call(_libc.prctl, PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
@@ -215,9 +214,6 @@ class _SockFprog(ctypes.Structure):
 
 def forbid_threads() -> bool:
     """A seccomp filter (x86-64) that refuses new threads; False where it cannot be installed."""
-    import errno
-    import platform
-
     if platform.machine() != "x86_64":
         return False
     ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JSET|K, BPF_RET|K

@@ -227,15 +227,16 @@ class Judge:
         started = clock()
         cand = None
         alone = bool(cfg.get("alone"))  # a retry after the device ran out of memory: no other job on the GPU
+        # Each phase takes the GPU's lock as it needs it; a job that must run alone holds it all along instead.
+        turn = (lambda exclusive: _no_lock()) if alone else (lambda exclusive: self._turn(cfg, exclusive))
         try:
             task = self._task(job["task_source"])
             with self._turn(cfg, exclusive=True) if alone else _no_lock():
                 cand = self._spawn(cfg, alone)
                 res["containment"] = cand.layers
-                timing = self._judge(task, job, cand, res, (lambda exclusive: _no_lock()) if alone else
-                                     (lambda exclusive: self._turn(cfg, exclusive)))
+                timing = self._judge(task, job, cand, res, turn)
                 if timing is not None:
-                    with _no_lock() if alone else self._turn(cfg, exclusive=True) as waited:
+                    with turn(True) as waited:
                         res["stage_s"]["lock_wait"] = round(waited, 4)
                         self._time(task, job, cand, *timing, res)
         except CandidateGone as gone:
@@ -381,13 +382,11 @@ class Judge:
         return (ref, calibration, input_seed, lap) if dev == "cuda" else None
 
     def _turn(self, cfg: dict, exclusive: bool):
-        """The GPU's lock: shared while loading and checking (others may do the same), exclusive while timing and
-        for a retry that must run alone. Yields the seconds waited."""
+        """The GPU's lock: shared while loading and checking (others may do the same), exclusive while calibrating,
+        timing, and for a retry that must run alone (yielding the seconds waited)."""
         if self.lock is None:
             return _no_lock()
-        if exclusive:
-            return self.lock.hold(timeout_s=cfg["timeout_s"])
-        return self.lock.share()
+        return self.lock.hold(timeout_s=cfg["timeout_s"]) if exclusive else self.lock.share()
 
     # ---- correctness calls ------------------------------------------------------------------------------------
     def _call(self, cand: CandidateProcess, inputs: list, grad: bool, expected: list,

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
@@ -150,8 +151,6 @@ class JudgeProcess:
 
 
 def _deadline(seconds: float) -> float:
-    import time
-
     return time.monotonic() + seconds
 
 

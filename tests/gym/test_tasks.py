@@ -110,7 +110,7 @@ def test_task_gpu_sizes_are_distinct_and_moderate(task):
         with torch.device("meta"):
             inputs = module.get_inputs(size)
             out = module.Model(*module.get_init_inputs(size))(*inputs)
-        # drawn on the device the gym runs them on (harness._device_inputs), not on the host and copied
+        # drawn on the device the gym runs them on (timing.draw_inputs), not on the host and copied
         assert out.device.type == "meta" and all(t.device.type == "meta" for t in _tensors(inputs))
         total = sum(t.numel() * t.element_size() for t in _tensors(inputs))
         assert 4 * 2**20 <= total <= 2**30, f"{task.name}/{size}: {total / 2**20:.0f} MiB of inputs"
