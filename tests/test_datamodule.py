@@ -65,6 +65,9 @@ def test_train_batches_follow_the_contract_and_artifacts_are_written(corpus_dir,
     assert (tmp_path / "art" / SPM_MODEL_FILE).read_bytes() == dm.spm_model
     manifest = json.loads((tmp_path / "art" / MANIFEST_FILE).read_text())
     assert manifest["corpus"]["kept"] == 40 and manifest["vocabulary"] == dm.vocabulary.to_dict()
+    # what the first batches hold: a document or more per row, and whole pairs in the paired warmup
+    first = manifest["first_batches"]
+    assert first["rows"] == 2 and first["documents_per_batch"] >= 2 and 0 < first["paired_row_share"] <= 1
 
 
 def test_val_loader_is_raw_only_and_deterministic(corpus_dir, tmp_path):
