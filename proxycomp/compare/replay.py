@@ -24,7 +24,8 @@ RAW_OPEN, RAW_CLOSE = SENTINELS["raw"]
 
 def raw_views_seen(batches: Iterable[dict[str, torch.Tensor]], steps: int) -> np.ndarray:
     """The raw views of the first `steps` training batches, re-serialized end to end (int32 symbols)."""
-    pending: dict[tuple[int, int], np.ndarray] = {}  # per (logical worker, row): its stream from the first unclosed <raw> on
+    # per (logical worker, row): its stream from the first unclosed <raw> on
+    pending: dict[tuple[int, int], np.ndarray] = {}
     documents: list[np.ndarray] = []
     seen = 0
     for batch in batches:

@@ -251,7 +251,8 @@ class ProxyDataModule(L.LightningDataModule):
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     def _train_stream(self, spm_model: bytes | None, batch_size: int, batches_consumed: int = 0,
-                      cursors: dict[int, StreamCursor] | None = None, rank: int = 0, world_size: int = 1) -> TrainStream:
+                      cursors: dict[int, StreamCursor] | None = None, rank: int = 0,
+                      world_size: int = 1) -> TrainStream:
         return TrainStream([d.data for d in self._require_corpus().train], self.view_config, spm_model, self.schedule,
                            self.seq_len, batch_size, self.seed, batches_consumed, cursors, rank, world_size)
 
