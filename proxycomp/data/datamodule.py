@@ -65,6 +65,7 @@ class ProxyDataModule(L.LightningDataModule):
         artifacts_dir: str | None = None,
         replay_file: str | None = None,
         seed: int = 0,
+        stream_seed: int | None = None,
     ) -> None:
         """Corpus, views and mixing schedule, packed into windows of `seq_len` symbols.
 
@@ -80,6 +81,8 @@ class ProxyDataModule(L.LightningDataModule):
             replay_file: a .npy of int32 symbols (serialized documents end to end) to train on in order, one pass
                 per epoch, instead of the mixed stream
             seed: corpus split, SentencePiece sample, document order and view draws
+            stream_seed: document order and view draws instead of seed, which then keeps the split and the
+                SentencePiece sample (a comparison's training seeds share one split); null: seed
         """
         super().__init__()
         if seq_len < 2 or batch_size < 1 or num_workers < 0:
@@ -91,9 +94,10 @@ class ProxyDataModule(L.LightningDataModule):
         self.save_hyperparameters({"corpus": asdict(corpus), "views": asdict(views), "mixing": asdict(mixing),
                                    "seq_len": seq_len, "batch_size": batch_size, "num_workers": num_workers,
                                    "val_windows": val_windows, "artifacts_dir": artifacts_dir,
-                                   "replay_file": replay_file, "seed": seed})
+                                   "replay_file": replay_file, "seed": seed, "stream_seed": stream_seed})
         self.corpus_config, self.view_config, self.schedule = corpus, views, mixing
         self.seq_len, self.batch_size, self.num_workers, self.seed = seq_len, batch_size, num_workers, seed
+        self.stream_seed = seed if stream_seed is None else stream_seed
         if mixing.kind == "tokens" and len(views.names) != 2:
             raise ScheduleError(
                 "data.mixing.kind 'tokens' trains on one compressed view; set data.views.names to [raw, <view>], "
@@ -241,7 +245,8 @@ class ProxyDataModule(L.LightningDataModule):
         h = self.hparams
         views = {k: v for k, v in h.views.items() if k != "spm_model_file"}  # the model itself is in the state
         config = {"corpus": h.corpus, "views": views, "mixing": h.mixing, "seq_len": h.seq_len,
-                  "batch_size": h.batch_size, "num_workers": h.num_workers, "replay_file": h.replay_file, "seed": h.seed}
+                  "batch_size": h.batch_size, "num_workers": h.num_workers, "replay_file": h.replay_file,
+                  "seed": h.seed, "stream_seed": h.stream_seed}
         return json.loads(json.dumps(config))
 
     # ---- helpers --------------------------------------------------------------------------------------------
@@ -254,7 +259,7 @@ class ProxyDataModule(L.LightningDataModule):
                       cursors: dict[int, StreamCursor] | None = None, rank: int = 0,
                       world_size: int = 1) -> TrainStream:
         return TrainStream([d.data for d in self._require_corpus().train], self.view_config, spm_model, self.schedule,
-                           self.seq_len, batch_size, self.seed, batches_consumed, cursors, rank, world_size)
+                           self.seq_len, batch_size, self.stream_seed, batches_consumed, cursors, rank, world_size)
 
     def _require_corpus(self) -> Corpus:
         if self.corpus is None:
