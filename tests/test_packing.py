@@ -160,7 +160,7 @@ def test_rows_of_a_batch_come_from_independent_places_in_the_corpus():
     docs = long_documents(64)
     s = stream(documents=docs, view_config=ViewConfig(("raw",)), schedule=MixingSchedule("byte"), seq_len=2048,
                batch_size=32)
-    for rows, _ in take(s.rows(), 4):
+    for rows, _ in take(s.batch_rows(), 4):
         owners = {}
         for k, row in enumerate(rows):
             for index, _ in row:

@@ -258,26 +258,26 @@ class TrainStream(IterableDataset):
         self.world_size = world_size
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        for rows, cursor in self.rows():
+        for rows, cursor in self.batch_rows():
             out = collate([pack_window([piece for _, piece in row], self.seq_len) for row in rows])
             out[CURSOR_KEY] = torch.tensor(cursor, dtype=torch.int64)
             yield out
 
-    def rows(self) -> Iterator[tuple[list[list[tuple[int, np.ndarray]]], list[int]]]:
+    def batch_rows(self) -> Iterator[tuple[list[list[tuple[int, np.ndarray]]], list[int]]]:
         """Per batch: this rank's rows, each a list of (corpus index, piece), and the batch's cursor (the logical
         worker, then `StreamCursor.to_list`)."""
         # Documents are sharded by logical worker, the same on every rank: ranks split batches, not documents.
         logical, workers = logical_worker(self.batches_consumed)
-        rows = self.batch_size * self.world_size
-        streams = workers * rows
+        n_rows = self.batch_size * self.world_size
+        streams = workers * n_rows
         if streams > len(self.documents):
             raise ValueError(
-                f"{len(self.documents)} train documents cannot feed {workers} loader shards x {rows} batch rows "
+                f"{len(self.documents)} train documents cannot feed {workers} loader shards x {n_rows} batch rows "
                 f"({streams} streams); lower num_workers or batch_size"
             )
-        cursor = self.cursors.get(logical, StreamCursor(0, ((0, 0),) * rows))
-        if len(cursor.rows) != rows:
-            raise ValueError(f"the stream cursor holds {len(cursor.rows)} rows, the batch has {rows}")
+        cursor = self.cursors.get(logical, StreamCursor(0, ((0, 0),) * n_rows))
+        if len(cursor.rows) != n_rows:
+            raise ValueError(f"the stream cursor holds {len(cursor.rows)} rows, the batch has {n_rows}")
         views = self.view_config.build(self.spm_model)
         compressed = [name for name in self.view_config.names if name != "raw"]
         T = self.seq_len
@@ -291,16 +291,16 @@ class TrainStream(IterableDataset):
             first = logical + workers * k
             per_epoch = len(range(first, len(self.documents), streams))
 
-            def sample(n: int, start: int) -> tuple[int, list[np.ndarray]]:
+            def sample(n: int, at: int) -> tuple[int, list[np.ndarray]]:
                 epoch, i = divmod(n, per_epoch)
                 index = int(permutation(epoch)[first + i * streams])
-                mode, r = self.schedule.at((start // T) * workers + logical)
+                mode, r = self.schedule.at((at // T) * workers + logical)  # the step of the window it starts in
                 names = choose_views(mode, r, compressed, np.random.default_rng((self.seed, logical, k, n)))
                 return index, self.contexts(self.documents[index], [views[name] for name in names])
 
             return _RowStream(sample, T, cursor.batches, document, start)
 
-        row_streams = [row_stream(k, *cursor.rows[k]) for k in range(rows)]
+        row_streams = [row_stream(k, *cursor.rows[k]) for k in range(n_rows)]
         while True:
             windows = [stream.next_window() for stream in row_streams]  # every row, to keep every cursor
             state = [logical, row_streams[0].window, *(x for stream in row_streams for x in stream.cursor)]
@@ -317,7 +317,7 @@ class TrainStream(IterableDataset):
         first `batches` batches: how diverse the batches are and how often the translation warmup pairs. A document
         counts where it has a target in the batch (a piece of two symbols or more)."""
         documents, paired, rows = 0, 0, 0
-        for _, (batch, _) in zip(range(batches), self.rows()):
+        for _, (batch, _) in zip(range(batches), self.batch_rows()):
             documents += len({index for row in batch for index, piece in row if len(piece) > 1})
             paired += sum(any(is_whole_pair(piece) for _, piece in row) for row in batch)
             rows += len(batch)
