@@ -305,7 +305,9 @@ def test_seeds_are_reported_as_mean_and_spread(tmp_path):
     assert "Matched on symbols" in table
     assert "| proxy_spm | raw+spm (paper) | done | 0,1 |" in table and "| 2.1000 | 0.2000 | 2.0000 | 2.6000 |" in table
     assert "| proxy_spm_masked | raw+spm (paper, loss on raw only) | done | 0,1 |" in table
-    assert "| byte | raw (byte) | 1/2 done | 0,1 |" in table
+    assert "| byte | raw (byte) | 1/2 done | 0,1 |" in table and "| 1.5000 |  | 1.4000 |" in table  # one seed: no spread
+    assert json.loads((tmp_path / "results.json").read_text())["contrasts"]["proxy_spm - byte (main claim)"] == (
+        pytest.approx({"val_bpb": 0.6, "val_bpb_raw_ids": 0.6, "noise": 0.2}))
     transfer = json.loads((tmp_path / "results.json").read_text())["contrasts"][
         "proxy_spm_masked - proxy_spm (transfer: same batches)"]
     assert transfer == pytest.approx({"val_bpb": 0.35, "val_bpb_raw_ids": 0.35, "noise": 0.2})

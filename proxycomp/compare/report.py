@@ -22,7 +22,8 @@ SCORES = ("val_bpb", "val_bpb_raw_ids", "val_bpb_perturbed")
 
 
 def summary(runs: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """Over an arm's finished seeds: how many, and per score its mean and spread (max - min); None if none finished."""
+    """Over an arm's finished seeds: how many, and per score its mean and, over two seeds or more, its spread
+    (max - min); None if none finished."""
     done = [run for run in runs.values() if run.get("status") == "done"]
     if not done:
         return None
@@ -30,20 +31,22 @@ def summary(runs: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     for key in SCORES:
         values = [run[key] for run in done if run.get(key) is not None]
         if values:
-            out[key], out[f"{key}_spread"] = sum(values) / len(values), max(values) - min(values)
+            out[key] = sum(values) / len(values)
+        if len(values) > 1:
+            out[f"{key}_spread"] = max(values) - min(values)
     return out
 
 
 def contrasts(arms: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, float]]:
     """Differences of mean final val bpb (full softmax, and over raw ids where both have it) between arm pairs that
-    both finished, with the larger seed spread of the two as the noise to read them against."""
+    both finished, with the larger seed spread of the two as the noise to read them against (None: one seed each)."""
     done = {name: s for name, runs in arms.items() if (s := summary(runs))}
     out = {}
     for label, a, b, _ in CONTRASTS:
         if a in done and b in done:
             x, y = done[a], done[b]
-            out[label] = {"val_bpb": x["val_bpb"] - y["val_bpb"],
-                          "noise": max(x["val_bpb_spread"], y["val_bpb_spread"])}
+            spreads = [s["val_bpb_spread"] for s in (x, y) if "val_bpb_spread" in s]
+            out[label] = {"val_bpb": x["val_bpb"] - y["val_bpb"], "noise": max(spreads) if spreads else None}
             if "val_bpb_raw_ids" in x and "val_bpb_raw_ids" in y:
                 out[label]["val_bpb_raw_ids"] = x["val_bpb_raw_ids"] - y["val_bpb_raw_ids"]
     return out
@@ -93,8 +96,8 @@ def markdown(results: dict[str, Any], title: str) -> str:
                   "| contrast (mean val bpb) | value | raw ids | noise (larger seed spread) | a negative value means |",
                   "|---|---:|---:|---:|---|"]
         meaning = {label: text for label, _, _, text in CONTRASTS}
-        lines += [f"| {label} | {d['val_bpb']:+.4f} | {_num(d.get('val_bpb_raw_ids'), '+.4f')} | {d['noise']:.4f} | "
-                  f"{meaning[label]} |" for label, d in diffs.items()]
+        lines += [f"| {label} | {d['val_bpb']:+.4f} | {_num(d.get('val_bpb_raw_ids'), '+.4f')} | "
+                  f"{_num(d['noise'], '.4f')} | {meaning[label]} |" for label, d in diffs.items()]
     comp = results.get("compressors")
     if comp:
         lines += [
