@@ -193,6 +193,9 @@ class Judge:
         # Judges sharing a GPU split its memory: each judge and its candidate get half of this slot's share, so a
         # candidate that runs out of memory ran out of its own (a retry alone then gets nearly all of it).
         self.gpu_share = config.get("gpu_share", 0.9)
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"CUDA_VISIBLE_DEVICES={self.env.get('CUDA_VISIBLE_DEVICES')!r} names no usable GPU "
+                               f"on this machine")
         if self.device == "cuda":
             torch.cuda.set_per_process_memory_fraction(self.gpu_share / 2)
         self.triton_base = self._warm_up() if self.device == "cuda" else None
@@ -619,7 +622,11 @@ def serve(pool: socket.socket, zygote: socket.socket, config: dict) -> None:
     # Not dumpable: without CAP_SYS_PTRACE no process can read this one's memory (/proc/PID/mem) or attach to it,
     # whatever uid it runs as; a candidate has no capability at all (containment.py).
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
-    judge = Judge(zygote, config)
+    try:
+        judge = Judge(zygote, config)
+    except Exception as exc:  # noqa: BLE001 - told to the pool, which reports it instead of a closed socket
+        wire.send(pool, {"error": f"{type(exc).__name__}: {exc}"})
+        return
     wire.send(pool, {"ready": os.getpid(), "device": judge.device})
     while True:
         try:

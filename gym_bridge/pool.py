@@ -124,7 +124,7 @@ class JudgeProcess:
             os.close(fd)
         self.pid = msg.get("ready")
         if not isinstance(self.pid, int):
-            raise InfraError(f"a judge process did not start: {str(msg)[:300]}")
+            raise InfraError(f"a judge process did not start: {str(msg.get('error', msg))[:300]}")
 
     def run(self, job: dict, timeout: float) -> dict:
         self.wait_ready()
