@@ -53,6 +53,7 @@ METRIC_COLUMNS = (
 @dataclass
 class AlgorithmConfig:
     estimator: str = "trloo"  # any registered estimator: trloo, grpo, rloo
+    estimator_options: dict[str, Any] = field(default_factory=dict)  # e.g. grpo's {"std_normalize": true}
     gamma: float = 1.0  # reward-to-go discount over turns
     lr: float = 1e-6
     weight_decay: float = 0.0
@@ -64,7 +65,12 @@ class AlgorithmConfig:
     mismatch: MismatchConfig = field(default_factory=MismatchConfig)
 
     def __post_init__(self) -> None:
-        get_estimator(self.estimator)  # unknown names fail here, with the known ones listed
+        estimator = get_estimator(self.estimator)  # unknown names fail here, with the known ones listed
+        try:  # an option the estimator does not take fails here too, not at the first step
+            estimator(torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, dtype=torch.long),
+                      **self.estimator_options)
+        except TypeError as err:
+            raise ValueError(f"algorithm.estimator_options: {self.estimator} refuses {self.estimator_options} ({err})") from None
         if self.lr <= 0 or self.grad_clip <= 0 or self.updates_per_step < 1 or self.micro_batch < 1:
             raise ValueError("algorithm: need lr > 0, grad_clip > 0, updates_per_step >= 1 and micro_batch >= 1")
 
@@ -121,7 +127,7 @@ def make_batch(
     """Returns, advantages and PRS over the turns; one row per kept turn."""
     turns = stack_turns(trajectories)
     returns = reward_to_go(turns.rewards, turns.turn_mask, config.gamma)
-    advantages = get_estimator(config.estimator)(returns, turns.turn_mask, turns.group_ids)
+    advantages = get_estimator(config.estimator)(returns, turns.turn_mask, turns.group_ids, **config.estimator_options)
     stats: dict[str, float] = {"advantage/abs_mean": float(advantages[turns.turn_mask].abs().mean())}
     keep = turns.turn_mask
     if config.prs is not None:

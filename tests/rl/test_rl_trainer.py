@@ -367,3 +367,9 @@ def test_end_to_end_smoke(tiny_ckpt, tmp_path, capsys):
     assert "resumed at step 2" in capsys.readouterr().out
     rows = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["step"] for r in rows] == [1, 2, 3]
+
+
+def test_estimator_options_reach_the_estimator_and_unknown_ones_fail_early():
+    assert AlgorithmConfig(estimator="grpo", estimator_options={"std_normalize": True}).estimator_options
+    with pytest.raises(ValueError, match="algorithm.estimator_options: trloo refuses"):
+        AlgorithmConfig(estimator="trloo", estimator_options={"std_normalize": True})
