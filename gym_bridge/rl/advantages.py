@@ -6,9 +6,10 @@ Every estimator has the signature ``fn(returns, turn_mask, group_ids, **options)
 - ``turn_mask``: (n, T) bool, True where trajectory i reached turn t;
 - ``group_ids``: (n,) int, the prompt each trajectory was sampled for (its group).
 
-Turn-level estimators group samples by (prompt, turn) over the trajectories that reached that turn, so the
-group size N_t shrinks when trajectories stop early. Advantages are 0 on turns that were not reached; the
-trainer broadcasts each turn's advantage to all tokens of that turn's reply.
+Turn-level estimators group samples by (prompt, turn) over the trajectories that reached that turn (every
+trajectory of a rollout plays all its turns, so N_t shrinks only for a batch that mixes lengths). Advantages
+are 0 on turns that were not reached; the trainer broadcasts each turn's advantage to all tokens of that turn's
+reply.
 """
 from __future__ import annotations
 
