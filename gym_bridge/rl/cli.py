@@ -156,7 +156,7 @@ def _warm_start(config: RLConfig, fabric, policy: ByteLMPolicy, tasks: list, gym
     if corpus_path.is_file():
         variants = load_corpus(corpus_path)
     else:
-        variants = build_corpus(tasks, gym)
+        variants = build_corpus(tasks, gym, config.warmstart.label_tasks)
         save_corpus(variants, corpus_path)
     examples = corpus_examples(variants, tasks, config.rollout.instructions, config.rollout.prompt_max_bytes)
     longest = max(len(e.reply.encode()) for e in examples)
