@@ -51,7 +51,7 @@ def _parser():
     g = command_parser("proxycomp gym generate", "Write a task family: tasks with a held-out split, solutions, "
                        "broken variants (gym_bridge/task_family.py).")
     g.add_argument("--out", required=True, help="folder to write: tasks/ (a task set with splits.json), solutions/, "
-                   "broken/, family.json")
+                   "broken/, corpus/ (train tasks with their solutions, for pretraining), family.json")
     g.add_argument("--n", type=int, default=4000, help="number of tasks, both splits")
     g.add_argument("--seed", type=int, default=0, help="the family (and its held-out ops) is a function of the seed")
     g.add_argument("--heldout_fraction", type=float, default=0.1, help="share of the tasks in the held-out split")

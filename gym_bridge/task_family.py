@@ -668,9 +668,10 @@ def generate_family(n: int, seed: int, heldout_fraction: float = 0.1) -> Family:
 
 def write_family(family: Family, out: Path) -> dict[str, Path]:
     """``out/tasks`` (task files and splits.json: a task set), ``out/solutions/<stem>.py`` beside it,
-    ``out/broken/<stem>.<kind>.py`` and ``out/family.json`` (seed, held-out ops, each task's composition)."""
+    ``out/broken/<stem>.<kind>.py``, ``out/corpus/<stem>.py`` (each train task followed by its solution: pretraining
+    text, held-out tasks never) and ``out/family.json`` (seed, held-out ops, each task's composition)."""
     out = Path(out)
-    folders = {name: out / name for name in ("tasks", "solutions", "broken")}
+    folders = {name: out / name for name in ("tasks", "solutions", "broken", "corpus")}
     if (folders["tasks"] / SPLITS_FILE).exists():
         raise FileExistsError(f"{out} already holds a task family; choose another folder")
     for folder in folders.values():
@@ -680,6 +681,8 @@ def write_family(family: Family, out: Path) -> dict[str, Path]:
         (folders["solutions"] / f"{task.stem}.py").write_text(task.solution)
         for kind, code in task.broken.items():
             (folders["broken"] / f"{task.stem}.{kind}.py").write_text(code)
+        if task.split == "train":
+            (folders["corpus"] / f"{task.stem}.py").write_text(f"{task.source}\n\n{task.solution}")
     splits = {name: [t.stem for t in family.split(name)] for name in ("train", "heldout")}
     (folders["tasks"] / SPLITS_FILE).write_text(json.dumps(splits, indent=1) + "\n")
     manifest = {"seed": family.seed, "heldout_ops": list(family.heldout_ops),

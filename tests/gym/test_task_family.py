@@ -67,6 +67,9 @@ def test_the_written_family_is_a_task_set_with_solutions_and_broken_variants(wri
         assert task.solution_path.read_text() == generated.solution
         assert read_broken(task.path) == generated.broken and "launch_error" in generated.broken
         assert task.category != "custom" and set(task.sizes) == {"cpu", "gpu", "gpu_heldout"}
+    corpus = sorted(written.joinpath("corpus").glob("*.py"))  # pretraining text: the train split only
+    assert [p.stem for p in corpus] == sorted(t.stem for t in family.split("train"))
+    assert corpus[0].read_text().startswith(task_set.tasks[corpus[0].stem].source)
     manifest = json.loads((written / "family.json").read_text())
     assert manifest["heldout_ops"] == list(family.heldout_ops) and len(manifest["tasks"]) == N
     with pytest.raises(UserError, match="already holds a task family"):
