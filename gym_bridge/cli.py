@@ -1,4 +1,5 @@
-"""`proxycomp gym tasks|eval|bench`: list the tasks, judge one candidate, benchmark the shipped solutions."""
+"""`proxycomp gym tasks|eval|bench|generate`: list the tasks, judge one candidate, benchmark the shipped solutions,
+write a generated task family."""
 from __future__ import annotations
 
 import datetime
@@ -90,6 +91,14 @@ def _parser():
     b.add_argument("--record", action="store_true", help="append a dated block to BENCHMARKS.md")
     add_benchmarks_option(b, BENCHMARKS_PATH)
     sub.add_subcommand("bench", b, help="judge many candidates, report fast_p")
+    g = command_parser("proxycomp gym generate", "Write a task family: tasks with a held-out split, solutions, "
+                       "broken variants (gym_bridge/task_family.py).")
+    g.add_argument("--out", required=True, help="folder to write: tasks/ (a task set with splits.json), solutions/, "
+                   "broken/, corpus/ (train tasks with their solutions, for pretraining), family.json")
+    g.add_argument("--n", type=int, default=4000, help="number of tasks, both splits")
+    g.add_argument("--seed", type=int, default=0, help="the family (and its held-out ops) is a function of the seed")
+    g.add_argument("--heldout_fraction", type=float, default=0.1, help="share of the tasks in the held-out split")
+    sub.add_subcommand("generate", g, help="write a generated task family with a held-out split")
     return p
 
 
@@ -193,6 +202,21 @@ def _record(path: os.PathLike, size: str, argv: list[str], table: str, summary: 
     append_block(path, BENCH_HEADING, block)
 
 
+def _cmd_generate(args) -> int:
+    from .task_family import generate_family, write_family
+
+    started = time.monotonic()
+    try:
+        family = generate_family(args.n, args.seed, args.heldout_fraction)
+        folders = write_family(family, args.out)
+    except (ValueError, FileExistsError) as err:
+        raise UserError(str(err)) from None
+    counts = {name: len(family.split(name)) for name in ("train", "heldout")}
+    print(f"{counts['train']} train and {counts['heldout']} held-out tasks (held-out ops: "
+          f"{', '.join(family.heldout_ops)}) in {folders['tasks']}, solutions in {folders['solutions']}, broken "
+          f"variants in {folders['broken']} ({time.monotonic() - started:.0f} s)")
+    return 0
+
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
@@ -201,4 +225,6 @@ def main(argv: list[str]) -> int:
         return _cmd_eval(options)
     if args.command == "tasks":
         return _cmd_tasks()
+    if args.command == "generate":
+        return _cmd_generate(options)
     return _cmd_bench(options, argv)

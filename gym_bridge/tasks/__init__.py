@@ -8,7 +8,8 @@ tasks stays cheap and a broken task cannot run code at listing time.
 
 A task set is a folder of task files (a KernelBench level folder, or any folder of such files). An optional
 `splits.json` beside them names disjoint splits by task stem, e.g. {"train": [...], "heldout": [...]}: RL trains on
-one split and is evaluated on another.
+one split and is evaluated on another. Solutions, where a set has them, sit in a `solutions` folder beside the task
+folder, one `<stem>.py` each (the layout of the shipped tasks and of `proxycomp gym generate`).
 """
 from __future__ import annotations
 
@@ -48,10 +49,10 @@ class Task:
 
     @property
     def solution_path(self) -> Path | None:
-        """The shipped reference Triton solution, for shipped tasks that have one."""
-        if self.path.parent != TASKS_DIR:
-            return None
-        path = SOLUTIONS_DIR / f"{self.name}.py"
+        """The reference Triton solution, `<stem>.py` in the `solutions` folder beside the task's folder: a shipped
+        task's, or a generated family's (`proxycomp gym generate`); None where there is none."""
+        folder = SOLUTIONS_DIR if self.path.parent == TASKS_DIR else self.path.parent.parent / "solutions"
+        path = folder / f"{self.name}.py"
         return path if path.is_file() else None
 
 
