@@ -1,21 +1,24 @@
-"""`proxycomp gym tasks|eval|bench`: list the tasks, judge one candidate, benchmark the shipped solutions."""
+"""`proxycomp gym tasks|eval|bench|generate`: list the tasks, judge one candidate, benchmark the shipped solutions,
+write a generated task family."""
 from __future__ import annotations
 
 import datetime
 import json
 import os
 import shlex
+import sys
 import time
 
 from proxycomp.benchmarks import add_benchmarks_option, append_block
 from proxycomp.cli import command_parser
 from proxycomp.errors import UserError
 
+from .benchmark import Entry, append_row, load_rows, pair_candidates, row, summary, summary_line, table
 from .config import SIZES, Candidate, EvalConfig
 from .evaluator import Evaluator
 from .pool import LocalPool
 from .result import EvalResult, mean_stages
-from .tasks import TaskError, list_tasks, load_task
+from .tasks import TaskError, list_tasks, load_task, load_task_set
 
 BENCH_HEADING = "## Gym"
 BENCHMARKS_PATH = "BENCHMARKS.md"  # --benchmarks' default
@@ -27,31 +30,76 @@ def _default_size() -> str:
     return "gpu" if torch.cuda.is_available() else "cpu"
 
 
+def _judging_options(p) -> None:
+    """How candidates are judged: the same flags for `eval` and `bench`."""
+    p.add_argument("--size", choices=SIZES, default=None,
+                   help="problem size of a shipped task; null: gpu with CUDA, else cpu (a plain KernelBench file has "
+                        "its shapes in get_inputs())")
+    p.add_argument("--atol", type=float | None, default=None, help="absolute tolerance; null: per dtype (fp32 1e-4)")
+    p.add_argument("--rtol", type=float | None, default=None, help="relative tolerance; null: per dtype (fp32 1e-4)")
+    p.add_argument("--kernelbench_tolerance", action="store_true",
+                   help="atol = rtol = 1e-2, as KernelBench v0 and KernelGYM compare")
+    p.add_argument("--seed", type=int | None, default=None,
+                   help="fixed seeds for every input (repeatable, and no defence against precomputed answers); "
+                        "null: secret seeds drawn per evaluation")
+    p.add_argument("--trials", type=int, default=EvalConfig.correct_trials, help="correctness trials")
+    p.add_argument("--timing_trials", type=int, default=EvalConfig.timing_trials, help="timed calls (GPU)")
+    p.add_argument("--timeout", type=float, default=EvalConfig.timeout_s, help="wall timeout per candidate (s)")
+    p.add_argument("--strict", action="store_true", help="any torch compute in ModelNew is a hacking verdict")
+
+
+def _config(args, tasks: list) -> EvalConfig:
+    size = args.size or _default_size()
+    if args.size and any(not t.sizes for t in tasks):
+        plain = next(t for t in tasks if not t.sizes)
+        raise UserError(f"--size {args.size}: {plain.path} has no SIZES (a plain KernelBench file takes the shapes of "
+                        f"its get_inputs()); leave --size out")
+    atol, rtol = (1e-2, 1e-2) if args.kernelbench_tolerance else (args.atol, args.rtol)
+    try:
+        return EvalConfig(size=size, atol=atol, rtol=rtol, seed=args.seed, correct_trials=args.trials,
+                          timing_trials=args.timing_trials, timeout_s=args.timeout, strict=args.strict)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
 def _parser():
     p = command_parser("proxycomp gym", "The embedded KernelGYM: its tasks, judging one kernel, benchmarking.")
     sub = p.add_subcommands(dest="command")
     ev = command_parser("proxycomp gym eval", "Judge one candidate file against one task.")
     ev.add_argument("--task", required=True, help="a shipped task name or a KernelBench-format task .py file")
     ev.add_argument("--candidate", required=True, help="file holding ModelNew (or a model reply with code fences)")
-    ev.add_argument("--size", choices=SIZES, default=None, help="problem size; null: gpu with CUDA, else cpu")
-    ev.add_argument("--timeout", type=float, default=EvalConfig.timeout_s, help="wall timeout per candidate (s)")
+    _judging_options(ev)
     ev.add_argument("--json", action="store_true", help="print the EvalResult as JSON")
     sub.add_subcommand("eval", ev, help="judge one candidate file against one task")
     sub.add_subcommand("tasks", command_parser("proxycomp gym tasks", "The shipped tasks."), help="list the shipped tasks")
-    b = command_parser("proxycomp gym bench", "Judge every shipped solution and report the gym's own speed.")
-    b.add_argument("--size", choices=SIZES, default=None, help="problem size; null: gpu with CUDA, else cpu")
-    b.add_argument("--tasks", default="", help="comma-separated task names; empty: all with a solution")
+    b = command_parser("proxycomp gym bench", "Judge many candidates: the shipped solutions, or a folder of candidates "
+                                              "against a folder of KernelBench-format problems, with fast_p.")
+    b.add_argument("--tasks", default="",
+                   help="a folder of task files (a KernelBench level folder), or comma-separated shipped task names; "
+                        "empty: every shipped task with a solution")
+    b.add_argument("--candidates", default=None,
+                   help="a folder of <problem>.py / <problem>__<variant>.py files (needs --tasks FOLDER); null: the "
+                        "shipped solutions")
+    b.add_argument("--split", default="all", help="the split of the task folder's splits.json to judge")
+    _judging_options(b)
     b.add_argument("--workers", type=int | None, default=None,
-                   help="worker processes; null: one per GPU, else 1 (more than the GPUs share them, timing in turns)")
-    b.add_argument("--json", dest="json_path", default=None, help="write the results to this JSON file")
+                   help="judge processes; null: one per GPU, else 1 (more than the GPUs share them, timing in turns)")
+    b.add_argument("--results", default=None, help="a JSONL file each result is appended to; candidates already "
+                                                   "in it are not judged again (resume)")
+    b.add_argument("--json", action="store_true", help="print the rows (task, candidate, status, reward, speedup, "
+                                                       "coverage, ...) as a JSON list")
     b.add_argument("--record", action="store_true", help="append a dated block to BENCHMARKS.md")
     add_benchmarks_option(b, BENCHMARKS_PATH)
-    sub.add_subcommand("bench", b, help="judge every shipped solution")
+    sub.add_subcommand("bench", b, help="judge many candidates, report fast_p")
+    g = command_parser("proxycomp gym generate", "Write a task family: tasks with a held-out split, solutions, "
+                       "broken variants (gym_bridge/task_family.py).")
+    g.add_argument("--out", required=True, help="folder to write: tasks/ (a task set with splits.json), solutions/, "
+                   "broken/, corpus/ (train tasks with their solutions, for pretraining), family.json")
+    g.add_argument("--n", type=int, default=4000, help="number of tasks, both splits")
+    g.add_argument("--seed", type=int, default=0, help="the family (and its held-out ops) is a function of the seed")
+    g.add_argument("--heldout_fraction", type=float, default=0.1, help="share of the tasks in the held-out split")
+    sub.add_subcommand("generate", g, help="write a generated task family with a held-out split")
     return p
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
 
 
 def _verdict(r: EvalResult) -> str:
@@ -64,7 +112,7 @@ def _cmd_eval(args) -> int:
         raise UserError(f"--candidate {args.candidate!r} is not a file")
     with open(args.candidate) as fh:
         code = fh.read()
-    config = EvalConfig(size=args.size or _default_size(), timeout_s=args.timeout)
+    config = _config(args, [load_task(args.task)])
     with Evaluator(LocalPool(num_workers=1), config) as ev:
         (result,) = ev.submit([Candidate(task=args.task, code=code, id=os.path.basename(args.candidate))])
     print(json.dumps(result.to_dict(), indent=2) if args.json else _verdict(result))
@@ -78,16 +126,15 @@ def _cmd_tasks() -> int:
     return 0
 
 
-def bench_table(results: list[EvalResult]) -> str:
-    rows = ["| task | status | correct | speedup | coverage | kernel ms | ref ms |", "|---|---|---|---|---|---|---|"]
-    for r in results:
-        rows.append(f"| {r.task} | {r.status} | {r.correct} | {_fmt(r.speedup, '.3f')} | {_fmt(r.coverage, '.2f')} "
-                    f"| {_fmt(r.kernel_ms, '.4f')} | {_fmt(r.ref_ms, '.4f')} |")
-    return "\n".join(rows)
-
-
-def _cmd_bench(args, argv: list[str]) -> int:
-    size = args.size or _default_size()
+def _bench_entries(args) -> list[Entry]:
+    """The candidates to judge: the shipped solutions of --tasks (names), or --candidates against --tasks FOLDER."""
+    if args.candidates is not None:
+        if not args.tasks or not os.path.isdir(args.tasks):
+            raise UserError("--candidates needs --tasks FOLDER: the problems the candidates are named after")
+        task_set = load_task_set(args.tasks)
+        return pair_candidates(task_set, args.candidates, task_set.split(args.split))
+    if args.tasks and os.path.isdir(args.tasks):
+        raise UserError("--tasks FOLDER needs --candidates FOLDER: shipped solutions exist for shipped tasks only")
     try:
         tasks = [load_task(n) for n in args.tasks.split(",") if n] if args.tasks else \
             [t for t in list_tasks() if t.solution_path]
@@ -96,24 +143,45 @@ def _cmd_bench(args, argv: list[str]) -> int:
     missing = [t.name for t in tasks if not t.solution_path]
     if missing:
         raise UserError(f"--tasks: no shipped solution for {', '.join(missing)}")
-    batch = [Candidate(task=t.name, code=t.solution_path.read_text(), id=t.name) for t in tasks]
+    return [Entry(t, t.solution_path) for t in tasks]
+
+
+def _cmd_bench(args, argv: list[str]) -> int:
+    entries = _bench_entries(args)
+    config = _config(args, [e.task for e in entries])
+    done = load_rows(args.results) if args.results else {}
+    todo = [e for e in entries if e.id not in done]
+    rows = [done[e.id] for e in entries if e.id in done]
+    if done:
+        print(f"resuming: {len(rows)} of {len(entries)} candidates already in {args.results}", file=sys.stderr,
+              flush=True)
+    by_id = {e.id: e for e in todo}
+
+    def finished(result: EvalResult) -> None:
+        record = row(result, result.id)
+        rows.append(record)
+        if args.results:
+            append_row(args.results, record)
+        print(f"[{len(rows)}/{len(entries)}] {result.id}: {result.status}  reward {result.reward:.3f}"
+              + (f"  speedup {result.speedup:.3f}" if result.speedup else ""), file=sys.stderr, flush=True)
+
     started = time.monotonic()
-    with Evaluator(LocalPool(num_workers=args.workers), EvalConfig(size=size)) as ev:
-        results = ev.submit(batch)
+    results = []
+    if todo:
+        with Evaluator(LocalPool(num_workers=args.workers), config) as ev:
+            results = ev.submit([Candidate(task=str(e.task.path), code=e.path.read_text(), id=e.id)
+                                 for e in by_id.values()], on_result=finished)
     wall = time.monotonic() - started
-    table = bench_table(results)
-    n_ok = sum(r.correct for r in results)
-    summary = (f"{n_ok}/{len(results)} correct; wall {wall:.1f} s for {len(results)} candidates: "
-               f"{wall / len(results):.2f} s per candidate, {60 * len(results) / wall:.1f} candidates/min; "
-               f"worker seconds per candidate: {stage_means(results)}")
-    print(table)
-    print(summary)
-    if args.json_path:
-        with open(args.json_path, "w") as fh:
-            json.dump({"size": size, "wall_s": wall, "results": [r.to_dict() for r in results]}, fh, indent=2)
+    stats = summary(rows)
+    text = table(rows)
+    line = summary_line(stats)
+    if results:
+        line += (f"; wall {wall:.1f} s for {len(results)} candidates: {wall / len(results):.2f} s per candidate, "
+                 f"{60 * len(results) / wall:.1f} candidates/min; judge seconds per candidate: {stage_means(results)}")
+    print(json.dumps(rows, indent=1) if args.json else f"{text}\n{line}")
     if args.record:
-        _record(args.benchmarks, size, argv, table, summary, results)
-    return 0 if n_ok == len(results) else 1
+        _record(args.benchmarks, config.size, argv, text, line, results)
+    return 0 if all(r["correct"] for r in rows) else 1
 
 
 def stage_means(results: list[EvalResult]) -> str:
@@ -134,6 +202,21 @@ def _record(path: os.PathLike, size: str, argv: list[str], table: str, summary: 
     append_block(path, BENCH_HEADING, block)
 
 
+def _cmd_generate(args) -> int:
+    from .task_family import generate_family, write_family
+
+    started = time.monotonic()
+    try:
+        family = generate_family(args.n, args.seed, args.heldout_fraction)
+        folders = write_family(family, args.out)
+    except (ValueError, FileExistsError) as err:
+        raise UserError(str(err)) from None
+    counts = {name: len(family.split(name)) for name in ("train", "heldout")}
+    print(f"{counts['train']} train and {counts['heldout']} held-out tasks (held-out ops: "
+          f"{', '.join(family.heldout_ops)}) in {folders['tasks']}, solutions in {folders['solutions']}, broken "
+          f"variants in {folders['broken']} ({time.monotonic() - started:.0f} s)")
+    return 0
+
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
@@ -142,4 +225,6 @@ def main(argv: list[str]) -> int:
         return _cmd_eval(options)
     if args.command == "tasks":
         return _cmd_tasks()
+    if args.command == "generate":
+        return _cmd_generate(options)
     return _cmd_bench(options, argv)

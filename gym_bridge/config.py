@@ -31,21 +31,27 @@ class RewardWeights:
 class EvalConfig:
     """Evaluation settings shared by every candidate of a `submit` call.
 
-    Tolerances are per output dtype; fp32 defaults to KernelBench HEAD's 1e-4, which an fp16/bf16 downcast
-    (~5e-4 relative rounding) or TF32 matmul cannot meet. `extra_allowed_ops` widens the torch-op audit
-    (aten op names such as "add.Tensor") for tasks that legitimately keep some glue in torch.
+    Tolerances are per output dtype (atol = rtol = the dtype's entry); fp32 defaults to KernelBench HEAD's 1e-4,
+    which an fp16/bf16 downcast (~5e-4 relative rounding) or TF32 matmul cannot meet. `atol`/`rtol` override them
+    for every dtype (KernelBench v0 and KernelGYM: 1e-2). Torch compute beside a real Triton kernel is legal and
+    lowers the coverage (KernelGYM's rule); `strict` makes it a hacking verdict. `extra_allowed_ops` widens the
+    glue list (aten op names such as "add.Tensor") for tasks that legitimately keep some glue in torch.
+    `memory_limit_mb` caps each candidate process (address space on CPU, data segment with CUDA);
+    `input_sets` is how many input tensors each side keeps for timing (each trial refills one with new values).
+    `seed` None (the default) has the judge draw secret seeds per evaluation, so no candidate can compute its
+    outputs in advance; a fixed seed makes an evaluation repeatable and gives that defence up.
     """
 
     size: str = "cpu"
     correct_trials: int = 3
-    seed: int = 1234
+    seed: int | None = None
     tolerances: dict = field(
         default_factory=lambda: {"float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2, "float64": 1e-7})
     timeout_s: float = 120.0
     retries: int = 1
     warmup: int = 3
     timing_trials: int = 30
-    input_sets: int = 3
+    input_sets: int = 2
     l2_flush_mb: int = 256
     compile_reference: bool = False
     suspicious_speedup: float = 3.0
@@ -54,7 +60,9 @@ class EvalConfig:
     extra_allowed_ops: tuple = ()
     memory_limit_mb: int = 8192
     cpu_limit_s: int = 300
-    max_jobs_per_worker: int = 20
+    atol: float | None = None
+    rtol: float | None = None
+    strict: bool = False
 
     def __post_init__(self) -> None:
         if self.size not in SIZES:

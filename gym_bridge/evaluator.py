@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from .config import Candidate, EvalConfig
 from .extract import extract_code
 from .result import EvalResult
 from .reward import compute_reward
-from .static_checks import check_source
+from .static_checks import StaticReport, check_source
 from .tasks import load_task
 
 
 class Pool(Protocol):
-    def run(self, jobs: list[dict]) -> list[dict]: ...
+    def run(self, jobs: list[dict], on_result: Callable[[int, dict], None] | None = None) -> list[dict]: ...
 
     def close(self) -> None: ...
 
@@ -23,13 +24,15 @@ class Pool(Protocol):
 class Evaluator:
     """`submit(batch) -> results` (same order). A context manager; `close()` stops the workers."""
 
-    def __init__(self, pool: Pool | None = None, config: EvalConfig | None = None) -> None:
+    def __init__(self, pool: Pool | None = None, config: EvalConfig | None = None, static_checks: bool = True) -> None:
+        """`static_checks=False` sends every candidate to the judge as it is (to audit the judge alone)."""
         if pool is None:
             from .pool import LocalPool
 
             pool = LocalPool()
         self.pool = pool
         self.config = config or EvalConfig()
+        self.static_checks = static_checks
 
     def __enter__(self) -> "Evaluator":
         return self
@@ -40,7 +43,9 @@ class Evaluator:
     def close(self) -> None:
         self.pool.close()
 
-    def submit(self, batch: list[Candidate]) -> list[EvalResult]:
+    def submit(self, batch: list[Candidate],
+               on_result: Callable[[EvalResult], None] | None = None) -> list[EvalResult]:
+        """Results in batch order; `on_result` is called with each as soon as it is known."""
         started = time.monotonic()
         tasks = {c.task: load_task(c.task) for c in batch}
         sources = {spec: (task.name, task.source) for spec, task in tasks.items()}
@@ -54,7 +59,7 @@ class Evaluator:
             if code is None:
                 results[i] = self._finish(base, {}, "no code block found in the reply")
                 continue
-            report = check_source(code)
+            report = check_source(code) if self.static_checks else StaticReport()
             base.warnings = report.warnings
             if report.syntax_error:
                 base.status, base.error = "error", report.syntax_error
@@ -65,9 +70,19 @@ class Evaluator:
             else:
                 jobs.append({"task_source": source, "candidate_code": code, "config": cfg})
                 slots.append((i, base))
-        measured = self.pool.run(jobs) if jobs else []
-        for (i, base), raw in zip(slots, measured):
+        if on_result is not None:
+            for r in results:
+                if r is not None:
+                    on_result(r)
+
+        def finished(k: int, raw: dict) -> None:
+            i, base = slots[k]
             results[i] = self._finish(base, raw, "")
+            if on_result is not None:
+                on_result(results[i])
+
+        if jobs:
+            self.pool.run(jobs, finished)
         per = (time.monotonic() - started) / max(len(batch), 1)
         for r in results:
             r.eval_s = round(per, 4)
@@ -76,7 +91,8 @@ class Evaluator:
     def _finish(self, r: EvalResult, raw: dict, failure: str) -> EvalResult:
         for key in ("compiled", "error", "trials", "trials_passed", "max_abs_err", "speedup", "coverage",
                     "kernel_ms", "kernel_iqr_ms", "ref_ms", "ref_compile_ms", "timing_available",
-                    "launched_kernels", "device", "exit_code", "attempts", "stage_s"):
+                    "launched_kernels", "torch_ops", "containment", "timing_check", "device", "exit_code",
+                    "attempts", "stage_s"):
             if raw.get(key) is not None:
                 setattr(r, key, raw[key])
         r.hacks = list(dict.fromkeys(r.hacks + list(raw.get("hacks", []))))

@@ -6,6 +6,7 @@ infrastructure fault: it is replaced and the job retried up to `config.retries` 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import ray
 
@@ -39,8 +40,8 @@ class RayPool:
         self._remote = ray.remote(num_gpus=self.num_gpus, num_cpus=1, max_restarts=0)(_GymActor)
         self.actors = [self._remote.remote() for _ in range(self.num_actors)]
 
-    def run(self, jobs: list[dict]) -> list[dict]:
-        """Results in job order; each idle actor takes the next job."""
+    def run(self, jobs: list[dict], on_result: Callable[[int, dict], None] | None = None) -> list[dict]:
+        """Results in job order; each idle actor takes the next job; `on_result(index, result)` as each finishes."""
         results: list[dict | None] = [None] * len(jobs)
         attempts = [0] * len(jobs)
         todo = list(range(len(jobs)))[::-1]
@@ -61,6 +62,8 @@ class RayPool:
                     results[i] = {"status": "infra_error", "error": f"ray actor died: {exc}", "attempts": attempts[i]}
                 else:
                     todo.append(i)
+            if results[i] is not None and on_result is not None:
+                on_result(i, results[i])
             idle.append(slot)
         return results
 

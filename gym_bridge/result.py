@@ -12,7 +12,8 @@ STATUSES = (
     "error",        # the candidate failed to load or raised
     "incorrect",    # ran, but outputs differ from the reference
     "timeout",      # killed after the wall timeout
-    "crashed",      # the worker died (signal / exit code)
+    "crashed",      # the candidate process died (signal / exit code)
+    "resource",     # the candidate exceeded a limit (memory, CPU time)
     "infra_error",  # the gym failed, not the candidate (retried first)
     "ok",
 )
@@ -42,11 +43,14 @@ class EvalResult:
     ref_compile_ms: float | None = None
     timing_available: bool = False
     launched_kernels: list[str] = field(default_factory=list)
+    torch_ops: list[str] = field(default_factory=list)  # torch compute ops seen in the candidate's calls
+    containment: list[str] = field(default_factory=list)  # the OS layers that held the candidate process
+    timing_check: dict = field(default_factory=dict)  # the judge's clock against the reported kernel time
     device: str = ""
     exit_code: int | None = None
     eval_s: float = 0.0  # the submit call's wall time divided by its batch size (overhead + measurement)
     attempts: int = 1  # > 1 only after an infrastructure retry
-    stage_s: dict = field(default_factory=dict)  # worker s: load, check, lock_wait, inputs, time, profile, total
+    stage_s: dict = field(default_factory=dict)  # judge s: load, check, lock_wait, time, profile, total
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -71,12 +75,14 @@ class EvalResult:
         if self.error:
             lines.append("error:\n" + "\n".join(self.error.strip().splitlines()[-4:]))
         if self.trials:
-            err = f", max abs error {self.max_abs_err:.3g}" if self.max_abs_err is not None else ""
+            err = f", max abs error {self.max_abs_err:.3g}" if self.max_abs_err is not None and self.correct else ""
             lines.append(f"correctness: {self.trials_passed}/{self.trials} trials passed{err}")
         if self.speedup is not None:
             lines.append(f"speedup vs reference: {self.speedup:.3f}x ({self.kernel_ms:.4g} ms vs {self.ref_ms:.4g} ms)")
         if self.coverage is not None:
             lines.append(f"triton coverage of CUDA time: {self.coverage:.1%}")
+        if self.torch_ops:
+            lines.append("torch compute beside the kernels: " + ", ".join(self.torch_ops[:8]))
         if self.warnings:
             lines.append("warnings: " + "; ".join(self.warnings))
         text = "\n".join(lines)

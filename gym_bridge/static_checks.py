@@ -3,10 +3,13 @@
 Policy: a pattern that an honest single-task Triton kernel never needs is a *verdict* (the candidate is
 flagged and not run): monkey-patching attributes of torch/triton/time/..., process creation, ctypes/cffi,
 threads and other concurrency, network modules, exit calls, tensor subclasses or __torch_dispatch__/
-__torch_function__, side CUDA streams, try/except (a fallback hides which code produced the output),
-references to the reference `Model`/`super().forward`, and introspection of the harness (gc, sys.modules,
-frames, closures, builtins). Patterns that can be honest are *warnings*, reported in the feedback and
-backed by runtime checks: reduced-precision casts, TF32 switches, and torch compute calls in the module.
+__torch_function__ or classes made by type(), side CUDA streams, try/except (a fallback hides which code produced
+the output), references to the reference `Model`/`super().forward`, torch's and Triton's private internals (the
+dispatch-mode stack, the profiler's switches), compute on the host (numpy), and introspection of the process
+(gc, sys, pkgutil, module tables, frames, closures, builtins). Patterns that can be honest are *warnings*, reported
+in the feedback: reduced-precision casts and TF32 switches. None of this is what makes a verdict trustworthy: the
+judge checks outputs, clock and coverage out of the candidate's reach (judge.py); these checks only refuse early
+what no honest kernel writes.
 """
 from __future__ import annotations
 
@@ -20,14 +23,20 @@ BANNED_MODULES = {
     "threading": "concurrency", "_thread": "concurrency", "concurrent": "concurrency", "asyncio": "concurrency",
     "socket": "network", "urllib": "network", "http": "network", "requests": "network",
     "gc": "introspection", "inspect": "introspection", "importlib": "introspection", "builtins": "introspection",
-    "signal": "exit_call", "proxycomp": "introspection", "pickle": "native_code", "marshal": "native_code",
+    "sys": "introspection", "pkgutil": "introspection", "types": "introspection",
+    "signal": "exit_call", "faulthandler": "exit_call", "resource": "exit_call",
+    "proxycomp": "introspection", "pickle": "native_code", "marshal": "native_code",
+    "numpy": "host_compute", "torch.multiprocessing": "process_spawn", "torch.distributed": "network",
 }
+PRIVATE_ROOTS = {"torch", "triton", "tl", "F", "nn"}  # their underscore names are internals, not API
 OS_SPAWN = {"system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp", "execv", "execve", "execl",
             "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnl", "spawnle", "spawnv", "spawnve", "kill"}
 EXIT_CALLS = {"exit", "quit", "_exit", "abort"}
 INTROSPECTION_ATTRS = {"f_back", "f_globals", "f_locals", "tb_frame", "gi_frame", "cr_frame", "__closure__",
                        "__globals__", "__code__", "cell_contents", "__builtins__", "__subclasses__", "modules",
-                       "_getframe", "settrace", "setprofile", "addaudithook"}
+                       "_getframe", "settrace", "setprofile", "addaudithook", "__dict__", "__mro__", "__bases__",
+                       "sys"}
+CONCURRENCY_ATTRS = {"jit", "futures", "fork"}  # torch.jit.fork / torch.futures run calls on other threads
 INTROSPECTION_CALLS = {"globals", "locals", "vars", "__import__", "eval", "exec", "compile", "breakpoint"}
 STREAM_ATTRS = {"Stream", "stream", "set_stream", "ExternalStream", "StreamContext"}
 LOW_PRECISION = {"float16", "half", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
@@ -70,16 +79,26 @@ class _Checker(ast.NodeVisitor):
         self.r = report
 
     def _module(self, name: str) -> None:
-        top = name.split(".")[0]
-        if top in BANNED_MODULES:
-            self.r.add(BANNED_MODULES[top], f"import {name}")
+        for prefix in (name, ".".join(name.split(".")[:2]), name.split(".")[0]):
+            if prefix in BANNED_MODULES:
+                self.r.add(BANNED_MODULES[prefix], f"import {name}")
+                return
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self._module(alias.name)
+            self._private(alias.name)
+
+    def _private(self, dotted: str) -> None:
+        parts = dotted.split(".")
+        if parts[0] in PRIVATE_ROOTS | {"torch", "triton"} and any(p.startswith("_") and not p.startswith("__")
+                                                                  for p in parts[1:]):
+            self.r.add("private_api", dotted)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         self._module(node.module or "")
+        for alias in node.names:
+            self._private(f"{node.module or ''}.{alias.name}")
         if node.level:
             self.r.add("introspection", "relative import")
         for alias in node.names:
@@ -135,14 +154,21 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         root = _root_name(node)
-        if node.attr in INTROSPECTION_ATTRS and not (node.attr == "modules" and root not in ("sys",)):
+        dotted = _dotted(node) or node.attr
+        if node.attr in INTROSPECTION_ATTRS:
             self.r.add("introspection", node.attr)
-        if node.attr in STREAM_ATTRS and ("cuda" in _dotted(node).split(".") or root == "torch"):
-            self.r.add("side_stream", _dotted(node))
-        if root == "os" and node.attr in OS_SPAWN:
-            self.r.add("process_spawn", f"os.{node.attr}")
-        if root in ("os", "sys") and node.attr in EXIT_CALLS:
-            self.r.add("exit_call", f"{root}.{node.attr}")
+        if node.attr in STREAM_ATTRS and ("cuda" in dotted.split(".") or root == "torch"):
+            self.r.add("side_stream", dotted)
+        if node.attr in OS_SPAWN:
+            self.r.add("process_spawn", dotted)
+        if node.attr in EXIT_CALLS:
+            self.r.add("exit_call", dotted)
+        if root in ("torch", "np", "numpy") and node.attr in CONCURRENCY_ATTRS:
+            self.r.add("concurrency", dotted)
+        if node.attr == "numpy":
+            self.r.add("host_compute", f"{dotted}() (compute on the host)")
+        if root in PRIVATE_ROOTS and node.attr.startswith("_") and not node.attr.startswith("__"):
+            self.r.add("private_api", dotted)
         if node.attr == "allow_tf32":
             self.r.warn("TF32 switch: fp32 tasks are checked at fp32 tolerance")
         if node.attr in LOW_PRECISION:
@@ -158,6 +184,8 @@ class _Checker(ast.NodeVisitor):
                 self.r.add("introspection", f"{func.id}()")
             if func.id in ("setattr", "delattr") and node.args and _root_name(node.args[0]) in PATCHABLE_ROOTS:
                 self.r.add("monkey_patch", f"{func.id}({_dotted(node.args[0]) or _root_name(node.args[0])}, ...)")
+            if func.id == "type" and len(node.args) == 3:
+                self.r.add("introspection", "type(name, bases, namespace) builds a class unseen")
         elif isinstance(func, ast.Attribute):
             if func.attr == "forward" and isinstance(func.value, ast.Call) and _dotted(func.value.func) == "super":
                 self.r.add("reference_call", "super().forward")

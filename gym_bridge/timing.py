@@ -1,25 +1,19 @@
-"""GPU timing and profiler coverage, run inside the worker with references saved before the candidate loaded.
+"""Timing: the inter-process GPU lock, the inputs a seed stands for, and one timing trial.
 
-Each trial: refill the inputs in place with fresh values (so an output cache keyed on data_ptr or shape
-returns stale results, which the re-check after timing catches), write a 256 MB buffer (L2 flush), then
-device-wide synchronize, record the start event, call, synchronize the whole device (so work on side
-streams is counted) and record the end event. Median and IQR over the trials.
+The judge times the reference and a candidate process times the candidate with the same `timed_trial`; the
+judge's own clock around each of the candidate's trials checks what the candidate process reports (judge.py).
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
-import statistics
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from types import ModuleType
 
 import torch
 
-# Bound before any candidate loads (a candidate may patch the time module; the harness flags that, and the lock
-# must still wait correctly).
 clock, _sleep = time.monotonic, time.sleep
 
 
@@ -66,66 +60,42 @@ class DeviceLock:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
 
 
-@dataclass(frozen=True)
-class TimingTools:
-    """Saved before the candidate loads; timing only ever uses these objects."""
-
-    event: type
-    synchronize: Callable[[], None]
-    elapsed: Callable
-
-    @classmethod
-    def capture(cls) -> "TimingTools":
-        return cls(torch.cuda.Event, torch.cuda.synchronize, torch.cuda.Event.elapsed_time)
+def draw_inputs(task: ModuleType, size: str, seed: int, device: str, which: str = "get_inputs") -> list:
+    """The task's inputs (or init inputs) for `seed`, made on `device`: tensor factories default to it, and a tensor
+    the task makes elsewhere (KernelBench's get_inputs returns CPU tensors) is moved there. The same seed gives the
+    same values in any process (the generators are seeded by torch.manual_seed)."""
+    fn = getattr(task, which)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        values = list(fn(size) if hasattr(task, "SIZES") else fn())
+    return _to_device(values, device)
 
 
-def refill(inputs: Sequence, values: Sequence) -> None:
-    for dst, src in zip(inputs, values):
+def _to_device(obj, device: str):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_device(o, device) for o in obj)
+    return obj
+
+
+def timed_trial(fn: Callable, inputs: Sequence, fresh: Sequence, flush: torch.Tensor | None, event: type,
+                synchronize: Callable[[], None]) -> tuple[float, object]:
+    """One timing trial, the same in the judge (the reference) and in a candidate process: refill the inputs in place
+    with `fresh` values (same tensors, new contents: an output cached by address or shape goes stale), overwrite the
+    L2 with `flush`, synchronize the device, then CUDA events around the call and a device-wide synchronize, so work
+    the call left on other streams is counted. Returns (milliseconds, output)."""
+    for dst, src in zip(inputs, fresh):
         if isinstance(dst, torch.Tensor):
             dst.copy_(src)
-
-
-def time_calls(fn: Callable, input_sets: list[list], value_sets: list[list], *, warmup: int, trials: int,
-               flush_mb: int, tools: TimingTools) -> tuple[float, float, list]:
-    """(median ms, IQR ms, last output per input set)."""
-    flush = torch.empty(flush_mb << 18, dtype=torch.int32, device="cuda") if flush_mb else None
-    outputs: list = [None] * len(input_sets)
+    if flush is not None:
+        flush.zero_()
+    start, end = event(enable_timing=True), event(enable_timing=True)
     with torch.no_grad():
-        for i in range(warmup):
-            fn(*input_sets[i % len(input_sets)])
-        tools.synchronize()
-        times = []
-        for i in range(trials):
-            k = i % len(input_sets)
-            refill(input_sets[k], value_sets[i % len(value_sets)])
-            if flush is not None:
-                flush.zero_()
-            start, end = tools.event(enable_timing=True), tools.event(enable_timing=True)
-            tools.synchronize()
-            start.record()
-            outputs[k] = fn(*input_sets[k])
-            tools.synchronize()
-            end.record()
-            end.synchronize()
-            times.append(tools.elapsed(start, end))
-    q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
-    return statistics.median(times), q[2] - q[0], outputs
-
-
-def kernel_coverage(fn: Callable, inputs: list, launched: set[str], iters: int, tools: TimingTools) -> float | None:
-    """Share of CUDA kernel time spent in kernels named like the candidate's launched Triton kernels
-    (the paper's PR = T_generated / T_total over device time only). None when the profiler saw nothing."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn(*inputs)
-        tools.synchronize()
-    total = mine = 0.0
-    for evt in prof.events():
-        if str(getattr(evt, "device_type", "")).endswith("CUDA") and evt.time_range.elapsed_us() > 0:
-            dur = evt.time_range.elapsed_us()
-            total += dur
-            if any(name and (name in evt.name or evt.name in name) for name in launched):
-                mine += dur
-    return mine / total if total else None
+        synchronize()
+        start.record()
+        out = fn(*inputs)
+        synchronize()
+        end.record()
+        end.synchronize()
+    return start.elapsed_time(end), out

@@ -1,20 +1,22 @@
-"""Fork server for workers: `python -I -m proxycomp.gym_bridge.zygote CTRL_FD`.
+"""Fork server of a pool: `python -I -m proxycomp.gym_bridge.zygote CTRL_FD`.
 
-Importing torch (with torch._dynamo, which the op audit pulls in) costs seconds of CPU; the pool retires
-a worker after every unclean candidate, so paying that per worker dominated a hostile batch. The zygote
-imports everything once, never initialises CUDA, and forks per request:
+Importing torch and Triton costs seconds; a candidate gets a fresh process every time, so the zygote imports
+everything once, never initialises CUDA, and forks on request:
 
-    zygote ─fork→ monitor (new session) ─fork→ worker
-                    └ reports {"pid"} then {"exit": code} of the worker on the status pipe
+    pool ──ctrl──▶ zygote ─fork→ judge                      (trusted: judges candidates, judge.serve)
+    judge ─requests─▶ zygote ─fork→ monitor (new session, namespaces) ─fork→ candidate (contained, candidate.serve)
 
-The parent sends each request over a Unix socket with the worker's three pipe ends attached
-(SCM_RIGHTS). The monitor exists so the parent learns the worker's exit code or signal; killing the
-session (monitor and worker) is how the parent enforces a timeout.
+A judge gets its own request socket to the zygote when it is forked. A request carries its descriptors (SCM_RIGHTS):
+for a judge, its socket to the pool; for a candidate, its socket to the judge, the status pipe the monitor reports
+on ({"pid", "namespaces"}, then {"exit"}) and the judge's lifeline: when the judge closes it (or dies), the monitor
+kills the candidate. Every forked child closes every descriptor but its own before anything else runs.
 """
 from __future__ import annotations
 
 import json
 import os
+import select
+import shutil
 import signal
 import socket
 import sys
@@ -22,60 +24,168 @@ import sys
 MAX_REQUEST = 1 << 16
 
 
-def _monitor(req: dict, to_child_r: int, from_child_w: int, status_w: int) -> None:
+def _keep_only(fds: list[int]) -> None:
+    """Close every descriptor of this process except stdin/out/err and `fds`."""
+    keep = sorted({0, 1, 2, *fds})
+    low = 0
+    for fd in keep:
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
+def _environment(req: dict) -> None:
+    """This child's folder and environment; the temporary folder the zygote's tempfile cached is not its own."""
+    import tempfile
+
+    os.chdir(req["workdir"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    tempfile.tempdir = None
+
+
+def _run_judge(req: dict, pool_fd: int, zygote_fd: int) -> None:
     os.setsid()
+    _environment(req)
+    from .judge import serve
+
+    serve(socket.socket(fileno=pool_fd), socket.socket(fileno=zygote_fd), req)
+
+
+def _run_candidate(req: dict, sock_fd: int) -> None:
+    """The candidate process: trusted set-up, containment, then the candidate's requests (candidate.serve)."""
+    workdir = req["workdir"]
+    _environment(req)
+    log = os.open(os.path.join(workdir, "output.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    if req.get("triton_base"):  # compiled helpers shared read-only by copy: a candidate can spoil only its own
+        shutil.copytree(req["triton_base"], os.path.join(workdir, "triton_cache"), dirs_exist_ok=True)
+    import torch
+    import triton
+
+    from . import candidate, containment
+
+    cuda = req["device"] == "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 is fp32: a reference-precision comparison
+    torch.backends.cudnn.allow_tf32 = False
+    if cuda:
+        torch.cuda.set_per_process_memory_fraction(req["gpu_fraction"])
+    _warm_up(cuda)  # before containment: the profiler and the driver start their threads now
+    roots, devices = containment.read_only_roots(), containment.device_files()  # read while they can be
+    layers = containment.contain(workdir, roots, devices, memory_mb=req["memory_mb"], cuda=cuda, cpu_s=req["cpu_s"])
+    violations = containment.install_audit_hook(workdir, roots, devices, os.path.join(workdir, "candidate.py"),
+                                                (os.path.dirname(triton.__file__),),
+                                                tuple(os.path.dirname(m.__file__) for m in (torch, triton)))
+    candidate.serve(socket.socket(fileno=sock_fd), workdir, req["device"], req["flush_mb"],
+                    tuple(req["extra_allowed_ops"]), violations, layers + req["layers"])
+
+
+def _warm_up(cuda: bool) -> None:
+    """Start the device, Triton's launcher and the profiler before the candidate: they start threads of their own,
+    which the seccomp filter would refuse later, and which the judge's thread count takes as the baseline."""
+    import torch
+    import triton
+    import triton.language as tl
+    from torch.profiler import ProfilerActivity, profile
+
+    @triton.jit
+    def _fill(ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(ptr + offs, 1.0, mask=offs < n)
+
+    device = "cuda" if cuda else "cpu"
+    buf = torch.zeros(8, device=device)
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])):
+        _fill[(1,)](buf, 8, BLOCK=16)
+        if cuda:
+            torch.cuda.synchronize()
+
+
+def _monitor(req: dict, sock_fd: int, status_w: int, lifeline_r: int) -> None:
+    from . import containment
+
+    os.setsid()
+    namespaces = containment.enter_namespaces(req["device"] == "cuda")
+    pid_namespace = "pid-namespace" in namespaces
     pid = os.fork()
     if pid == 0:
-        os.close(status_w)
-        os.chdir(req["workdir"])
-        os.environ.clear()
-        os.environ.update(req["env"])
-        from .worker import serve
-
-        code = 0
         try:
-            serve(to_child_r, from_child_w, req["workdir"], req["memory_mb"], req["cpu_s"], req.get("timing_lock"))
-        except BaseException:  # noqa: BLE001 - reported through the exit code and worker.log
+            _keep_only([sock_fd])
+            req["layers"] = namespaces
+            _run_candidate(req, sock_fd)
+        except BaseException:  # noqa: BLE001 - reported through the exit code and output.log
             import traceback
 
             traceback.print_exc()
-            code = 1
-        os._exit(code)
-    os.close(to_child_r)
-    os.close(from_child_w)
-    os.write(status_w, (json.dumps({"pid": pid, "pgid": os.getpid()}) + "\n").encode())
+        finally:
+            os._exit(1)
+    os.close(sock_fd)
+    os.write(status_w, (json.dumps({"pid": pid, "namespaces": namespaces}) + "\n").encode())
+    pidfd = os.pidfd_open(pid)
+    ready, _, _ = select.select([pidfd, lifeline_r], [], [])
+    if lifeline_r in ready:  # the judge is done with it, or gone
+        os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
+    if not pid_namespace:  # a PID namespace dies with its first process; without one, kill what it left behind
+        containment.kill_descendants()
     os.write(status_w, (json.dumps({"exit": os.waitstatus_to_exitcode(status)}) + "\n").encode())
     os._exit(0)
 
 
+def _fork(target, *args) -> None:
+    """Run `target(*args)` in a child that never comes back into the zygote's loop."""
+    if os.fork() == 0:
+        code = 1
+        try:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            target(*args)
+            code = 0
+        except BaseException:  # noqa: BLE001 - into the zygote's log (a candidate's goes to its own)
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+
+
 def main(argv: list[str]) -> int:
     ctrl = socket.socket(fileno=int(argv[0]))
-    import numpy  # noqa: F401 - everything a worker imports, loaded once here
+    import numpy  # noqa: F401 - everything a judge and a candidate import, loaded once here
     import torch
-    import torch._dynamo  # noqa: F401 - rebinds torch.manual_seed; import before workers save references
+    import torch._dynamo  # noqa: F401 - rebinds torch.manual_seed; import before anything saves references
     import torch.profiler  # noqa: F401
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    from . import harness, launch_hook, sandbox, timing, worker  # noqa: F401
+    from . import candidate, containment, judge, launch_hook, op_audit, wire  # noqa: F401
 
     assert not torch.cuda.is_initialized(), "the zygote must not initialise CUDA: forked children could not use it"
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # monitors are reaped automatically
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically
     ctrl.sendall(b"ready\n")
+    clients: list[socket.socket] = []  # each judge's request socket
     while True:
-        msg, fds, _, _ = socket.recv_fds(ctrl, MAX_REQUEST, 3)
-        if not msg:
-            return 0
-        if os.fork() == 0:
-            try:
-                ctrl.close()
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                _monitor(json.loads(msg), *fds)
-            finally:
-                os._exit(1)  # never fall back into the zygote's loop
-        for fd in fds:
-            os.close(fd)
+        ready, _, _ = select.select([ctrl, *clients], [], [])
+        for sock in ready:
+            msg, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 3)
+            if not msg:
+                if sock is ctrl:
+                    return 0
+                clients.remove(sock)
+                sock.close()
+                continue
+            req = json.loads(msg)
+            if sock is ctrl:  # a judge: its pool socket, and a new request socket to this zygote
+                mine, theirs = socket.socketpair()
+                _fork(lambda r=req, p=fds[0], z=theirs.fileno(): (_keep_only([p, z]), _run_judge(r, p, z)))
+                theirs.close()
+                clients.append(mine)
+            else:  # a candidate for this judge
+                _fork(lambda r=req, f=fds: (_keep_only(list(f)), _monitor(r, *f)))
+            for fd in fds:
+                os.close(fd)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,13 @@ launcher derives, per position, the first and one-past-last position of its docu
 queries then only visits keys in [first key of its first query's document, last query] (causal), so
 blocks wholly before the document are skipped, not computed and masked.
 
+Short documents. A tile of 128 queries that holds several short documents spends most of its work on pairs it
+masks, and its few key blocks are too short a loop to hide the pipeline's fill. With documents, each pass can run
+in two launches over the same rows: the configured blocks take the "long" tiles, and smaller blocks take the
+tiles whose document span (the keys the big tile would visit, or the queries for a key tile) is at most
+`short_span`. Every program of both launches classifies its big tile from the document bounds on the device and
+returns at once if the tile belongs to the other launch: no host sync, and each row is written by one program.
+
 Each kernel walks its key (or query) range in three phases: a masked head (document boundary), an
 unmasked middle, and a masked tail (diagonal / sequence end / document end). Only the phases that
 can hold masked entries pay for the mask.
@@ -67,6 +74,27 @@ def _doc_bounds(DOC_START, DOC_END, base, offs, first, last, S, HAS_DOCS: tl.con
         end_first = start_first + S
         end_last = end_first
     return start, end, start_first, start_last, end_first, end_last
+
+
+@triton.jit
+def _short_tile(DOC_START, DOC_END, base, t0, S, short_span, SUPER: tl.constexpr, CAUSAL: tl.constexpr,
+                KEY_SIDE: tl.constexpr):
+    """Whether the big tile (SUPER rows) holding row t0 is short: the range it would walk is at most `short_span`
+    positions, keys [start(first), last] for queries, queries [first, end(last)) for keys (causal; non-causal
+    spans both documents' bounds)."""
+    s0 = (t0 // SUPER) * SUPER
+    s_last = tl.minimum(s0 + SUPER, S) - 1
+    if KEY_SIDE:
+        hi = tl.load(DOC_END + base + s_last)
+        lo = s0
+        if not CAUSAL:
+            lo = tl.load(DOC_START + base + s0)
+    else:
+        lo = tl.load(DOC_START + base + s0)
+        hi = s_last + 1
+        if not CAUSAL:
+            hi = tl.load(DOC_END + base + s_last)
+    return hi - lo <= short_span
 
 
 @triton.jit
@@ -144,9 +172,10 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end
 def _attn_fwd_kernel(
     Q, K, V, O, LSE, DOC_START, DOC_END,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
-    H, S, qk_scale2,
+    H, S, qk_scale2, short_span,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
+    SUPER: tl.constexpr, TILES: tl.constexpr,
 ):
     # Causal blocks further down the sequence do more work: launch them first for a shorter tail.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -155,6 +184,9 @@ def _attn_fwd_kernel(
     h = pid_bh % H
     hkv = h // GROUP
     m0 = pid_m * BLOCK_M
+    if TILES != 0:  # 1: this launch takes the long tiles, 2: the short ones
+        if _short_tile(DOC_START, DOC_END, b * S, m0, S, short_span, SUPER, CAUSAL, False) == (TILES == 1):
+            return
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < S
@@ -235,9 +267,10 @@ def _attn_bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV, DOC_START, DOC_END,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos,
     sdkb, sdkh, sdks, sdvb, sdvh, sdvs,
-    H, S, qk_scale2, sm_scale,
+    H, S, qk_scale2, sm_scale, short_span,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
+    SUPER: tl.constexpr, TILES: tl.constexpr,
 ):
     """One key block of one kv head: accumulates over every query head of its GQA group, so no atomics.
 
@@ -249,6 +282,9 @@ def _attn_bwd_dkdv_kernel(
     hkv_count = H // GROUP
     b = pid_bh // hkv_count
     hkv = pid_bh % hkv_count
+    if TILES != 0:  # 1: this launch takes the long tiles, 2: the short ones
+        if _short_tile(DOC_START, DOC_END, b * S, n0, S, short_span, SUPER, CAUSAL, True) == (TILES == 1):
+            return
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     col_ok = offs_n < S
@@ -326,9 +362,10 @@ def _dq_blocks(dq, q, do, lse, delta, k_base, v_base, sks, svs, offs_m, start_q,
 def _attn_bwd_dq_kernel(
     Q, K, V, DO, LSE, DELTA, DQ, DOC_START, DOC_END,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos, sdqb, sdqh, sdqs,
-    H, S, qk_scale2, sm_scale,
+    H, S, qk_scale2, sm_scale, short_span,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
+    SUPER: tl.constexpr, TILES: tl.constexpr,
 ):
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -336,6 +373,9 @@ def _attn_bwd_dq_kernel(
     h = pid_bh % H
     hkv = h // GROUP
     m0 = pid_m * BLOCK_M
+    if TILES != 0:  # 1: this launch takes the long tiles, 2: the short ones
+        if _short_tile(DOC_START, DOC_END, b * S, m0, S, short_span, SUPER, CAUSAL, False) == (TILES == 1):
+            return
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < S
@@ -369,7 +409,11 @@ def _attn_bwd_dq_kernel(
 # ----------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class AttentionConfig:
-    """Block sizes and launch shape. dkdv_*: key block and query step of the dk/dv pass; dq_*: the dq pass."""
+    """Block sizes and launch shape. dkdv_*: key block and query step of the dk/dv pass; dq_*: the dq pass.
+
+    short_*: the blocks of the tiles whose document span is at most short_span positions (0: no short launch), in
+    all three passes: short_block rows per program (queries, or keys in the dk/dv pass), short_step per loop step.
+    short_block divides fwd_block_m, dkdv_block_n and dq_block_m, the big tiles a program classifies."""
 
     fwd_block_m: int
     fwd_block_n: int
@@ -381,6 +425,11 @@ class AttentionConfig:
     dq_block_n: int
     bwd_warps: int
     bwd_stages: int
+    short_span: int = 0
+    short_block: int = 0
+    short_step: int = 0
+    short_warps: int = 4
+    short_stages: int = 2
 
 
 def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
@@ -388,10 +437,31 @@ def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
     shapes (2026-12-03; BENCHMARKS.md); small blocks under the interpreter, where they exercise more block
     boundaries per test and cost little (numpy runs each block as one vectorised op)."""
     if device.type == "cpu":
-        return AttentionConfig(32, 16, 4, 1, 32, 16, 32, 16, 4, 1)
+        return AttentionConfig(32, 16, 4, 1, 32, 16, 32, 16, 4, 1, short_span=32, short_block=16, short_step=16,
+                               short_stages=1)
+    # Short tiles: spans up to two big tiles, in blocks that waste fewer masked pairs on documents of a few hundred
+    # positions and leave room for several programs per multiprocessor to hide each short loop's latency. Picked by
+    # that reasoning, not yet timed: `--parts sweep` times them against the alternatives (SWEEP_SHORT).
     if head_dim <= 64:
-        return AttentionConfig(64, 64, 4, 3, 64, 64, 64, 64, 4, 3)
-    return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3)
+        return AttentionConfig(64, 64, 4, 3, 64, 64, 64, 64, 4, 3, short_span=128, short_block=32, short_step=32)
+    return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3, short_span=256, short_block=64, short_step=32)
+
+
+def _check_config(cfg: AttentionConfig) -> None:
+    if cfg.short_span <= 0:
+        return
+    for name in ("fwd_block_m", "dkdv_block_n", "dq_block_m"):
+        if cfg.short_block <= 0 or cfg.short_step <= 0 or getattr(cfg, name) % cfg.short_block:
+            raise KernelInputError(f"flash_attention: config.short_block {cfg.short_block} (step {cfg.short_step}) "
+                                   f"must be positive and divide {name} {getattr(cfg, name)}, the tile it splits")
+
+
+def _launches(cfg: AttentionConfig, block: int, step: int, warps: int, stages: int, short: bool):
+    """(rows per program, loop step, warps, stages, TILES) of each launch of one pass: every tile at once, or with
+    `short` the long tiles in the pass's own blocks and the short ones in the short blocks (module docstring)."""
+    if not short:
+        return [(block, step, warps, stages, 0)]
+    return [(block, step, warps, stages, 1), (cfg.short_block, cfg.short_step, cfg.short_warps, cfg.short_stages, 2)]
 
 
 def document_bounds(doc_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -480,16 +550,18 @@ def flash_attn_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, config):
     batch, heads, seq_len, head_dim = q.shape
     o, lse = _forward_outputs(q)
     has_docs = doc_start is not None
-    grid = (triton.cdiv(seq_len, cfg.fwd_block_m), batch * heads)
-    _attn_fwd_kernel[grid](
-        q, k, v, o, lse, doc_start if has_docs else lse, doc_end if has_docs else lse,
-        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
-        heads, seq_len, scale * LOG2E,
-        GROUP=heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_M=cfg.fwd_block_m, BLOCK_N=cfg.fwd_block_n,
-        CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip, FP32_DOT=_fp32_dot(q.dtype),
-        num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages,
-    )
+    short = has_docs and skip and cfg.short_span > 0
+    for block_m, block_n, warps, stages, tiles in _launches(cfg, cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps,
+                                                            cfg.fwd_stages, short):
+        _attn_fwd_kernel[(triton.cdiv(seq_len, block_m), batch * heads)](
+            q, k, v, o, lse, doc_start if has_docs else lse, doc_end if has_docs else lse,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+            heads, seq_len, scale * LOG2E, cfg.short_span,
+            GROUP=heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
+            CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip, FP32_DOT=_fp32_dot(q.dtype), SUPER=cfg.fwd_block_m,
+            TILES=tiles, num_warps=warps, num_stages=stages,
+        )
     return o, lse
 
 
@@ -512,25 +584,32 @@ def flash_attn_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip,
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty_like(lse)
     has_docs = doc_start is not None
+    short = has_docs and skip and cfg.short_span > 0
     doc_start = doc_start if has_docs else lse
     doc_end = doc_end if has_docs else lse
     common = dict(GROUP=heads // kv_heads, HEAD_DIM=head_dim, CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip,
-                  FP32_DOT=_fp32_dot(q.dtype), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages)
+                  FP32_DOT=_fp32_dot(q.dtype))
     _attn_bwd_delta_kernel[(triton.cdiv(seq_len, 64), batch * heads)](
         o, do, delta, o.stride(0), o.stride(1), o.stride(2), do.stride(0), do.stride(1), do.stride(2),
         heads, seq_len, HEAD_DIM=head_dim, BLOCK_M=64,
     )
     strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
-    _attn_bwd_dkdv_kernel[(triton.cdiv(seq_len, cfg.dkdv_block_n), batch * kv_heads)](
-        q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *strides,
-        dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
-        heads, seq_len, scale * LOG2E, scale, BLOCK_M=cfg.dkdv_block_m, BLOCK_N=cfg.dkdv_block_n, **common,
-    )
-    _attn_bwd_dq_kernel[(triton.cdiv(seq_len, cfg.dq_block_m), batch * heads)](
-        q, k, v, do, lse, delta, dq, doc_start, doc_end, *strides, dq.stride(0), dq.stride(1), dq.stride(2),
-        heads, seq_len, scale * LOG2E, scale, BLOCK_M=cfg.dq_block_m, BLOCK_N=cfg.dq_block_n, **common,
-    )
+    for block_n, block_m, warps, stages, tiles in _launches(cfg, cfg.dkdv_block_n, cfg.dkdv_block_m, cfg.bwd_warps,
+                                                            cfg.bwd_stages, short):
+        _attn_bwd_dkdv_kernel[(triton.cdiv(seq_len, block_n), batch * kv_heads)](
+            q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *strides,
+            dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
+            heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m, BLOCK_N=block_n,
+            SUPER=cfg.dkdv_block_n, TILES=tiles, num_warps=warps, num_stages=stages, **common,
+        )
+    for block_m, block_n, warps, stages, tiles in _launches(cfg, cfg.dq_block_m, cfg.dq_block_n, cfg.bwd_warps,
+                                                            cfg.bwd_stages, short):
+        _attn_bwd_dq_kernel[(triton.cdiv(seq_len, block_m), batch * heads)](
+            q, k, v, do, lse, delta, dq, doc_start, doc_end, *strides, dq.stride(0), dq.stride(1), dq.stride(2),
+            heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m, BLOCK_N=block_n,
+            SUPER=cfg.dq_block_m, TILES=tiles, num_warps=warps, num_stages=stages, **common,
+        )
     return dq, dk, dv
 
 
@@ -587,6 +666,7 @@ def flash_attention(
     if not scale > 0:  # the forward takes the row max before scaling, which needs a positive scale
         raise KernelInputError(f"flash_attention: softmax_scale must be positive, got {softmax_scale}")
     cfg = config or default_config(q.shape[-1], q.device)
+    _check_config(cfg)
     if doc_ids is not None:
         doc_bounds = document_bounds(doc_ids)
     doc_start, doc_end = doc_bounds if doc_bounds is not None else (None, None)

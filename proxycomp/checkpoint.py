@@ -1,4 +1,5 @@
-"""Checkpoints: atomic writing, one clear error for a missing or damaged file, and the self-contained format.
+"""Checkpoints: atomic writing, one clear error for a missing or damaged file, the self-contained format, and
+splitting a checkpoint into files small enough to carry between device calls.
 
 Every checkpoint a command writes holds `hyper_parameters` (the model's arch/optim/vocabulary dicts) and a
 `state_dict` of `ProxyLM` (keys `model.*`), so `generate`, `eval-bpb`, `rl` and `fit --init_from` read any of them:
@@ -114,3 +115,70 @@ def init_weights(lm: ProxyLM, path: str | Path) -> bytes | None:
                               "model and views it was trained with")
     lm.model.load_state_dict(model_weights(checkpoint))
     return spm_model_of(checkpoint)
+
+
+# ---- shards: a checkpoint carried in files of a bounded size -----------------------------------------------------
+SHARD_MAX_BYTES = 15 * 2**20  # under the 16 MiB a device call returns per file
+STATE_FILE = "state.pt"
+_PER_TENSOR_BYTES = 4096  # a tensor's record in a torch.save archive (name, pickle, alignment), generously
+
+
+def split_checkpoint(path: str | Path, out_dir: str | Path, max_bytes: int = SHARD_MAX_BYTES) -> list[Path]:
+    """A `proxycomp fit` checkpoint as files of at most `max_bytes` each, to carry between machines that bound what a
+    file may weigh: `weights.NN.pt` (the model's floating-point tensors in bf16, a tied tensor stored once) and
+    `state.pt` (everything else: hyper-parameters, loop, schedule, data-stream and callback state, the optimizers'
+    settings). Adam's moments, twice the weights in fp32, are left out. Returns the files written."""
+    checkpoint = read_checkpoint(path)
+    weights = checkpoint.pop("state_dict")
+    checkpoint["optimizer_states"] = [{"state": {}, "param_groups": o["param_groups"]}
+                                      for o in checkpoint.get("optimizer_states", [])]
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size, dtypes, aliases, stored_at = 0, {}, {}, {}
+    for name, tensor in weights.items():
+        where = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if where in stored_at:  # tied weights (embedding and head) share one storage
+            aliases[name] = stored_at[where]
+            continue
+        stored_at[where], dtypes[name] = name, tensor.dtype
+        small = tensor.to(torch.bfloat16) if tensor.is_floating_point() else tensor
+        nbytes = small.numel() * small.element_size() + _PER_TENSOR_BYTES
+        if nbytes > max_bytes:
+            raise CheckpointError(f"{name} alone takes {nbytes / 2**20:.1f} MiB in bf16, over the {max_bytes / 2**20:g} "
+                                  "MiB per file; raise the limit")
+        if size + nbytes > max_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name], size = small.contiguous(), size + nbytes
+    out_dir = Path(out_dir)
+    names = [f"weights.{i:02d}.pt" for i in range(len(shards))]
+    state = {"checkpoint": checkpoint, "order": list(weights), "dtypes": dtypes, "aliases": aliases, "shards": names}
+    written = []
+    for name, payload in [*zip(names, shards), (STATE_FILE, state)]:
+        AtomicCheckpointIO().save_checkpoint(payload, out_dir / name)
+        if (out_dir / name).stat().st_size > max_bytes:
+            raise CheckpointError(f"{out_dir / name} came out at {(out_dir / name).stat().st_size / 2**20:.1f} MiB, over "
+                                  f"the {max_bytes / 2**20:g} MiB per file")
+        written.append(out_dir / name)
+    return written
+
+
+def join_checkpoint(folder: str | Path, out: str | Path) -> Path:
+    """The checkpoint of `split_checkpoint` again, weights back in their dtype (rounded through bf16) and fresh Adam
+    moments: `proxycomp fit --ckpt_path` resumes from it at its step, schedule and data position (the first updates
+    re-estimate the moments), and `load_lm`, hence `proxycomp rl --ckpt`, reads it."""
+    folder = Path(folder)
+    if not (folder / STATE_FILE).is_file():
+        raise CheckpointError(f"{folder} holds no {STATE_FILE}; pass the folder `proxycomp shards split` wrote")
+    state = read_checkpoint(folder / STATE_FILE)
+    weights: dict[str, torch.Tensor] = {}
+    for shard in state["shards"]:
+        if not (folder / shard).is_file():
+            raise CheckpointError(f"{folder / shard} is missing; carry every file `proxycomp shards split` wrote")
+        weights.update(read_checkpoint(folder / shard))
+    weights = {name: weights[name].to(dtype) for name, dtype in state["dtypes"].items()}
+    weights |= {name: weights[target] for name, target in state["aliases"].items()}
+    checkpoint = state["checkpoint"]
+    checkpoint["state_dict"] = {name: weights[name] for name in state["order"]}
+    AtomicCheckpointIO().save_checkpoint(checkpoint, out)
+    return Path(out)
+

@@ -6,6 +6,8 @@
     proxycomp gym tasks|eval|bench ...
     proxycomp rl --config recipes/rl/trloo_kernel.yaml --ckpt RUN/checkpoints/last.ckpt
     proxycomp compare --preset cpu_smoke --out runs/compare
+    proxycomp shards split --ckpt RUN/checkpoints/last.ckpt --out DIR   # files of <= 15 MiB: bf16 weights + state
+    proxycomp shards join --shards DIR --out resume.ckpt                 # for fit --ckpt_path and rl --ckpt
 
 Every verb parses dotted snake_case flags (no abbreviations) and raises `UserError` on bad input, which ends here
 as one line on stderr and exit status 2, never a traceback. `proxycomp VERB --help` describes every option.
@@ -159,6 +161,33 @@ def _progress_line(total_bytes: int, every_s: float = 5.0) -> Callable[[int], No
     return show
 
 
+# ---- shards ------------------------------------------------------------------------------------------------------
+def shards_main(argv: list[str]) -> int:
+    p = command_parser("proxycomp shards", "A fit checkpoint as files small enough to carry between device calls "
+                       "(bf16 weights, no Adam moments), and back.")
+    sub = p.add_subcommands(dest="command")
+    split = command_parser("proxycomp shards split", "Write CKPT's weights (bf16) and state as files of at most MAX MiB.")
+    split.add_argument("--ckpt", required=True, help="a .ckpt written by `proxycomp fit`")
+    split.add_argument("--out", required=True, help="folder for weights.NN.pt and state.pt")
+    split.add_argument("--max_mib", type=float, default=15.0, help="most MiB per file")
+    sub.add_subcommand("split", split, help="split a checkpoint")
+    join = command_parser("proxycomp shards join", "Rebuild a checkpoint that `fit --ckpt_path` and `rl --ckpt` read.")
+    join.add_argument("--shards", required=True, help="the folder `proxycomp shards split` wrote")
+    join.add_argument("--out", required=True, help="the .ckpt to write")
+    sub.add_subcommand("join", join, help="join shards into a checkpoint")
+    args = p.parse_args(argv)
+    options = args[args.command]
+
+    from proxycomp.checkpoint import join_checkpoint, split_checkpoint
+
+    if args.command == "split":
+        files = split_checkpoint(options.ckpt, options.out, int(options.max_mib * 2**20))
+        print(f"{len(files)} files in {options.out}: {', '.join(f.name for f in files)}")
+    else:
+        print(f"wrote {join_checkpoint(options.shards, options.out)}")
+    return 0
+
+
 # ---- the dispatcher ----------------------------------------------------------------------------------------------
 def _delegate(module: str) -> Callable[[list[str]], int]:
     """A verb whose parser lives in `module` (imported only when the verb runs: torch and Lightning are slow)."""
@@ -173,6 +202,7 @@ VERBS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "gym": (_delegate("proxycomp.gym_bridge.cli"), "the embedded KernelGYM: list tasks, judge a kernel, benchmark"),
     "rl": (_delegate("proxycomp.gym_bridge.rl.cli"), "multi-turn kernel RL (TRLOO) in the gym"),
     "compare": (_delegate("proxycomp.compare.cli"), "byte vs proxy vs tokenizer arms at equal compute"),
+    "shards": (shards_main, "a fit checkpoint as files small enough to carry between device calls, and back"),
 }
 
 

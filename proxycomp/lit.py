@@ -1,7 +1,9 @@
 """`ProxyLM`: the LightningModule that trains the transformer on packed, mixed-view batches.
 
 Training loss is plain next-symbol cross-entropy over every target (raw, compressed, sentinels), as
-in the paper's code; it is also logged per vocabulary range so the views can be told apart.
+in the paper's code; it is also logged per vocabulary range so the views can be told apart. With
+`loss_targets="raw"` only raw-byte targets are trained on (the comparison's loss-masked twin of a proxy run: the
+same batches, without learning to predict the compressed views).
 Validation reads the raw view only and reports bits per raw byte. The vocabulary layout is a
 hyper-parameter, so a checkpoint alone is enough to generate from or evaluate.
 
@@ -34,13 +36,15 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: 
 
 # Architecture fields that fix the weights' shapes (the backends and max_seq_len may differ between runs).
 WEIGHT_FIELDS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "tie_embeddings")
+LOSS_TARGETS = ("all", "raw")
+RAW_GROUP = 1  # index of the raw bytes among `range_groups`
 
 
 def range_groups(vocabulary: Vocabulary, vocab_size: int) -> tuple[list[str], torch.Tensor]:
     """Names of the loss groups (specials, raw, each compressed view) and each id's group index."""
     names = ["special", "raw"]
     group = torch.zeros(vocab_size, dtype=torch.long)
-    group[RAW_OFFSET:RAW_OFFSET + RAW_SIZE] = 1
+    group[RAW_OFFSET:RAW_OFFSET + RAW_SIZE] = RAW_GROUP
     for view in vocabulary.views[1:]:
         ids = vocabulary.range(view)
         group[ids.start:ids.stop] = len(names)
@@ -84,6 +88,7 @@ class ProxyLM(L.LightningModule):
         compile: bool = False,
         compile_mode: str = "default",
         vocabulary: dict | None = None,
+        loss_targets: str = "all",
     ) -> None:
         """The transformer and how it is trained.
 
@@ -95,14 +100,20 @@ class ProxyLM(L.LightningModule):
                 graph, so the host launches a few graphs per step instead of every kernel (on the H200 within 1%
                 of the default mode's speed, with less memory: BENCHMARKS)
             vocabulary: `Vocabulary.to_dict()`, linked from the data module by the CLI
+            loss_targets: all (every target, as the paper's code) or raw (raw-byte targets only; the rest still
+                logged per view, untrained)
         """
         super().__init__()
         # A checkpoint stores the configs as plain dicts (loadable with weights_only); they come back as dicts.
         arch = ModelConfig(**arch) if isinstance(arch, dict) else arch
         optim = OptimConfig(**optim) if isinstance(optim, dict) else optim
         self.save_hyperparameters({"arch": asdict(arch), "optim": asdict(optim), "compile": compile,
-                                   "compile_mode": compile_mode, "vocabulary": vocabulary})
+                                   "compile_mode": compile_mode, "vocabulary": vocabulary,
+                                   "loss_targets": loss_targets})
+        if loss_targets not in LOSS_TARGETS:
+            raise ModelConfigError(f"model.loss_targets must be one of {', '.join(LOSS_TARGETS)}, got {loss_targets!r}")
         self.optim = optim
+        self.loss_targets = loss_targets
         self.vocabulary = Vocabulary.from_dict(vocabulary or {})
         if arch.vocab_size < self.vocabulary.size:
             raise ModelConfigError(
@@ -168,12 +179,16 @@ class ProxyLM(L.LightningModule):
         local[:n_groups].index_add_(0, groups, nats.detach().double() * valid)
         local[n_groups:].index_add_(0, groups, valid)
         sums, counts = self._sum_over_ranks(local).split(n_groups)
-        n_valid = counts.sum().clamp(min=1)
+        trained_sum, n_trained = sums.sum(), counts.sum()
+        if self.loss_targets == "raw":  # every target is still scored and logged; only raw bytes are trained on
+            nats = nats * (groups == RAW_GROUP)
+            trained_sum, n_trained = sums[RAW_GROUP], counts[RAW_GROUP]
+        n_trained = n_trained.clamp(min=1)
         # DDP averages gradients over ranks, hence the world size: the result is the global batch's mean.
-        loss = nats.sum() * (self._world_size() / n_valid).to(nats.dtype)
+        loss = nats.sum() * (self._world_size() / n_trained).to(nats.dtype)
         # Not prog_bar: Lightning turns progress-bar metrics into Python numbers after every batch (a GPU sync each
         # step, found by the gpu test); SparseMetricsProgressBar shows it from the callback metrics every n steps.
-        self.log("train/loss", sums.sum() / n_valid)
+        self.log("train/loss", trained_sum / n_trained)
         # A view with no target in this batch logs NaN (no loss to report), decided on the device.
         per_group = torch.where(counts > 0, sums / counts.clamp(min=1), torch.full_like(sums, math.nan))
         for name, value in zip(self.group_names, per_group):

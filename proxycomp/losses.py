@@ -20,6 +20,14 @@ def symbol_nats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
                            reduction="none")
 
 
+def restricted_nats(logits: torch.Tensor, targets: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """`symbol_nats` with the softmax renormalized over the `allowed` ids; 0 where the target is not one of them."""
+    index = torch.full((logits.shape[-1],), IGNORE_INDEX, dtype=torch.long, device=logits.device)
+    index[allowed] = torch.arange(len(allowed), device=logits.device)
+    local = torch.where(targets == IGNORE_INDEX, IGNORE_INDEX, index[targets.clamp(min=0)])
+    return symbol_nats(logits[..., allowed], local)
+
+
 def batch_nats(model: Callable[..., torch.Tensor], batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """`symbol_nats` of a packed batch (input_ids, positions, doc_ids, targets) under `model`."""
     return symbol_nats(model(batch["input_ids"], batch["positions"], batch["doc_ids"]), batch["targets"])

@@ -12,14 +12,19 @@ import importlib
 import math
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from proxycomp.errors import UserError
+from proxycomp.kernels.reference import document_runs
 
-ATTN_BACKENDS = ("sdpa", "triton", "flash_attn")
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
+
+ATTN_BACKENDS = ("sdpa", "triton", "flash_attn", "flex")
 EMBED_BACKENDS = ("torch", "triton")
 
 
@@ -42,7 +47,8 @@ class ModelConfig:
         rope_theta: RoPE base (EvaByte's value)
         norm_eps: RMSNorm epsilon
         tie_embeddings: share the embedding matrix with the output head
-        attn_backend: sdpa (torch), triton (proxycomp's document-masked kernel) or flash_attn
+        attn_backend: sdpa (torch), triton (proxycomp's document-masked kernel), flash_attn, or flex (torch's
+            FlexAttention with a block mask of the documents: fast only inside torch.compile; forward only on CPU)
         embed_backend: torch, or triton (proxycomp's embedding kernel)
     """
 
@@ -168,6 +174,21 @@ def document_mask(q_doc: torch.Tensor, k_doc: torch.Tensor, q_start: int = 0) ->
     return (causal & (q_doc[:, :, None] == k_doc[:, None, :]))[:, None]
 
 
+def document_block_mask(doc_ids: torch.Tensor | None, batch: int, t: int, device: torch.device):
+    """FlexAttention's BlockMask for causal attention inside documents, the runs of equal ids the triton kernel
+    reads (one document per row when `doc_ids` is None)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if doc_ids is None:
+        return create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx, None, None, t, t, device=device)
+    runs = document_runs(doc_ids)
+
+    def same_document_causal(b, h, q_idx, kv_idx):
+        return (runs[b, q_idx] == runs[b, kv_idx]) & (kv_idx <= q_idx)
+
+    return create_block_mask(same_document_causal, batch, None, t, t, device=device)
+
+
 def cu_seqlens(doc_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Cumulative document lengths over the flattened (B*T) batch, for varlen kernels."""
     b, t = doc_ids.shape
@@ -242,6 +263,10 @@ class Attention(nn.Module):
                     f"model.arch.attn_backend='flash_attn' needs the flash-attn package ({err}); install it or use 'sdpa'/'triton'"
                 ) from err
             self._flash_attn_varlen_func = flash_attn_varlen_func
+        elif config.attn_backend == "flex":
+            from torch.nn.attention.flex_attention import flex_attention
+
+            self._flex_attention = flex_attention
 
     def forward(
         self,
@@ -250,9 +275,10 @@ class Attention(nn.Module):
         doc_ids: torch.Tensor | None,
         cache: KVCache | None = None,
         cache_mask: torch.Tensor | None = None,
-        doc_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+        doc_layout: tuple[torch.Tensor, torch.Tensor] | BlockMask | None = None,
     ) -> torch.Tensor:
-        """`doc_bounds`: the triton backend's form of `doc_ids` (given with them), made once per model forward."""
+        """`doc_layout`: the backend's form of `doc_ids`, made once per model forward: the triton backend's document
+        bounds (given with doc_ids), the flex backend's block mask (always)."""
         b, t, _ = x.shape
         cfg = self.config
         q = apply_rope(self.wq(x).view(b, t, cfg.n_heads, cfg.head_dim), *rope)
@@ -271,7 +297,10 @@ class Attention(nn.Module):
                 out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=document_mask(doc_ids, doc_ids), enable_gqa=True)
             out = out.transpose(1, 2)
         elif cfg.attn_backend == "triton":
-            out = self._flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), doc_bounds=doc_bounds, causal=True)
+            out = self._flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), doc_bounds=doc_layout, causal=True)
+            out = out.transpose(1, 2)
+        elif cfg.attn_backend == "flex":
+            out = self._flex_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=doc_layout, enable_gqa=True)
             out = out.transpose(1, 2)
         else:
             out = self._flash_attn_varlen(q, k, v, doc_ids)
@@ -317,12 +346,12 @@ class Block(nn.Module):
         doc_ids: torch.Tensor | None,
         cache: KVCache | None = None,
         cache_mask: torch.Tensor | None = None,
-        doc_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+        doc_layout: tuple[torch.Tensor, torch.Tensor] | BlockMask | None = None,
         normed: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`normed`: attn_norm(x) when the caller already has it (the Triton embedding makes block 0's)."""
         h = self.attn_norm(x) if normed is None else normed
-        x = x + self.attn(h, rope, doc_ids, cache, cache_mask, doc_bounds)
+        x = x + self.attn(h, rope, doc_ids, cache, cache_mask, doc_layout)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -387,12 +416,14 @@ class Transformer(nn.Module):
         cache_mask = None
         if cache is not None:
             cache_mask = cache.visible(doc_ids if doc_ids is not None else torch.zeros_like(input_ids))
-        doc_bounds = None
+        doc_layout = None  # once here rather than in every layer
         if self.config.attn_backend == "triton" and doc_ids is not None and cache is None:
-            doc_bounds = self._document_bounds(doc_ids)  # once here rather than in every layer
+            doc_layout = self._document_bounds(doc_ids)
+        elif self.config.attn_backend == "flex" and cache is None:
+            doc_layout = document_block_mask(doc_ids, b, t, input_ids.device)
         x, normed = self.embed_ids(input_ids, cache)
         for block in self.blocks:
-            x = block(x, rope, doc_ids, cache, cache_mask, doc_bounds, normed)
+            x = block(x, rope, doc_ids, cache, cache_mask, doc_layout, normed)
             normed = None  # only block 0's input comes from the embedding
         if cache is not None:
             cache.advance(t)

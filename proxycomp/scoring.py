@@ -3,9 +3,12 @@ curves and its final scores.
 
 Each document is read in the scored view, ``<bos><open> symbols <close><eos>``, with ``<bos><open>`` given as
 the prompt. In the raw view only raw-byte targets count, so sentinels and EOS add nothing and the count of scored
-targets is the byte count. A model that never saw raw bytes (the tokenizer baseline) is scored in its own view:
-every target after the prompt counts (the symbols, the closing sentinel and EOS, at most a few bits per document
-more than the raw view pays), over the documents' UTF-8 bytes.
+targets is the byte count. The raw view is scored twice: with the full softmax, and with the softmax restricted
+to what a raw-byte reply may hold (`raw_reply_ids`: raw bytes and the two raw stops, renormalized), as raw-byte
+inference samples; a proxy model's mass on compressed ids is then not counted against it. A model that never
+saw raw bytes (the tokenizer baseline) is scored in its own view: every target after the prompt counts (the
+symbols, the closing sentinel and EOS, at most a few bits per document more than the raw view pays), over the
+documents' UTF-8 bytes.
 
 Long documents are covered by sliding windows: every target is scored once, by the first window that holds it
 beyond the previous window's end, so it gets at least seq_len - stride symbols of context. Windows of several
@@ -21,10 +24,10 @@ import torch
 
 from proxycomp.data.packing import collate, pack_window
 from proxycomp.errors import UserError
-from proxycomp.losses import IGNORE_INDEX, LN2, batch_nats
+from proxycomp.losses import IGNORE_INDEX, LN2, restricted_nats, symbol_nats
 from proxycomp.model import Transformer
 from proxycomp.views import RawView, View
-from proxycomp.vocab import RAW_OFFSET, is_raw_byte
+from proxycomp.vocab import RAW_OFFSET, is_raw_byte, raw_reply_ids
 
 
 @dataclass
@@ -32,6 +35,7 @@ class BpbResult:
     bits_per_byte: float
     bytes: int
     documents: int
+    raw_ids_bits_per_byte: float | None = None  # softmax over raw_reply_ids only (raw view)
 
 
 def sliding_windows(symbols: np.ndarray, seq_len: int, stride: int) -> Iterator[tuple[np.ndarray, int]]:
@@ -83,16 +87,19 @@ def score_documents(model: Transformer, documents: Sequence[bytes], seq_len: int
     documents = [d for d in documents if d]
     pieces = (w for doc in documents for w in sliding_windows(np.asarray(view.serialize(doc)), seq_len, stride))
     device = next(model.parameters()).device
+    allowed = torch.tensor(raw_reply_ids(model.config.vocab_size), device=device)
     was_training = model.training
     model.eval()
-    nats_sum, scored_targets = torch.zeros((), dtype=torch.float64), 0
+    nats_sum, raw_ids_nats_sum, scored_targets = 0.0, 0.0, 0
     for batch in packed_batches(pieces, seq_len, batch_size):
         batch = {k: v.to(device) for k, v in batch.items()}
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            nats = batch_nats(model, batch)
+            logits = model(batch["input_ids"], batch["positions"], batch["doc_ids"])
         targets = batch["targets"].flatten()
         scored = is_raw_byte(targets) if raw else targets != IGNORE_INDEX
-        nats_sum += (nats * scored).sum().double().cpu()
+        nats_sum += float((symbol_nats(logits, batch["targets"]) * scored).sum())
+        if raw:
+            raw_ids_nats_sum += float((restricted_nats(logits, batch["targets"], allowed) * scored).sum())
         scored_targets += int(scored.sum())
         if progress is not None:
             progress(scored_targets)
@@ -100,4 +107,5 @@ def score_documents(model: Transformer, documents: Sequence[bytes], seq_len: int
     n_bytes = scored_targets if raw else sum(len(d) for d in documents)
     if n_bytes == 0:
         raise UserError("the documents hold no bytes to evaluate")
-    return BpbResult(float(nats_sum) / LN2 / n_bytes, n_bytes, len(documents))
+    return BpbResult(nats_sum / LN2 / n_bytes, n_bytes, len(documents),
+                     raw_ids_nats_sum / LN2 / n_bytes if raw else None)

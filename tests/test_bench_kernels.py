@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+import torch
 
 
 @pytest.fixture(scope="module")
@@ -19,11 +20,68 @@ def test_unknown_parts_are_refused_in_one_line(bench_kernels, monkeypatch, capsy
     with pytest.raises(SystemExit) as exit_info:
         bench_kernels.main()
     assert exit_info.value.code == 2
-    assert "--parts: choose from attention, embedding, sweep" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--parts: choose from attention, embedding, flex, sweep" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
-def test_valid_parts_reach_the_gpu_check(bench_kernels, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["bench_kernels.py", "--out", "x.json", "--parts", "embedding"])
+@pytest.mark.parametrize("parts", ["embedding", "flex", "attention,flex"])
+def test_valid_parts_reach_the_gpu_check(bench_kernels, monkeypatch, parts):
+    monkeypatch.setattr(sys, "argv", ["bench_kernels.py", "--out", "x.json", "--parts", parts])
     monkeypatch.setattr(bench_kernels.torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         bench_kernels.main()
+
+
+def test_causal_pairs_count_same_document_pairs_up_to_the_diagonal(bench_kernels):
+    doc_ids = torch.tensor([[0, 0, 0, 1, 1], [4, 4, 4, 4, 4]])  # 6 + 3; 15
+    assert bench_kernels.causal_pairs(doc_ids) == 6 + 3 + 15
+
+
+def _flex_rows(shape, docs, graph_ok=True):
+    batch, heads, seq, dim = shape
+    times = {"ours": 1.0, "ours_single": 1.5, "flex": 1.3, "cudnn_causal": 0.9}
+    impls = ["ours", "ours_single", "flex"] + (["cudnn_causal"] if docs == 1 else [])
+    return [dict(kind="flex", impl=i, B=batch, H=heads, S=seq, D=dim, docs=docs, docs_per_row=4.0, kept=0.25,
+                 rel_err=0.01, host_ms=2 * times[i], graph_ms=times[i] if graph_ok else None, host_tflops=100.0,
+                 graph_tflops=200.0 / times[i] if graph_ok else None) for i in impls]
+
+
+def test_flex_summary_states_ratios_per_row_and_records(bench_kernels, tmp_path):
+    results = [dict(kind="gemm_ceiling", tflops=700.0), *_flex_rows((8, 12, 4096, 64), 1),
+               *_flex_rows((8, 12, 4096, 64), "spm"), *_flex_rows((4, 16, 4096, 128), 32, graph_ok=False)]
+    rows, ratios = bench_kernels.summary(results)
+    assert ratios["D64_docs1_vs_flex_host"] == pytest.approx(1.3)
+    assert ratios["D64_docs1_vs_flex_graph"] == pytest.approx(1.3)
+    assert ratios["D64_docs1_vs_cudnn_graph"] == pytest.approx(0.9)
+    assert ratios["D64_docsspm_vs_single_graph"] == pytest.approx(1.5)
+    assert "D64_docsspm_vs_cudnn_graph" not in ratios  # cuDNN runs full causal: compared at 1 document only
+    assert ratios["D128_docs32_vs_flex_graph"] is None  # no graph time: no ratio, and the table says n/a
+    table = [r for r in rows if r.startswith("(") and not r.startswith("(B,H,S,D)")]
+    assert len(table) == 3 and "2.00|1.00" in table[0] and "1.80|0.90" in table[0] and table[0].endswith("1.30|1.30")
+    assert "1.30|n/a" in table[2] and table[2].rstrip().endswith("1.30|n/a")
+    assert rows[-1].startswith("ratios (x faster than): ") and "D128_docs32_vs_flex_graph=n/a" in rows[-1]
+
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_text("# Benchmarks\n\n## Kernels\n\nnotes\n\n## Later\n")
+    bench_kernels.record(path, rows, ratios, "NVIDIA H200", "python tools/bench_kernels.py --parts flex")
+    text = path.read_text()
+    assert text.index("notes") < text.index("`python tools/bench_kernels.py --parts flex`") < text.index("## Later")
+    assert table[2] in text
+
+
+def test_spm_doc_ids_are_the_spm_streams_windows(bench_kernels):
+    doc_ids = bench_kernels.spm_doc_ids("tiny", 256, 2, seed=0)
+    assert doc_ids.shape == (2, 256)
+    assert (doc_ids[:, 1:] >= doc_ids[:, :-1]).all()  # packed: ids never decrease within a window
+    assert bench_kernels.causal_pairs(doc_ids) <= 2 * 256 * 257 // 2
+
+
+def test_short_tile_sweep_rows_name_their_config(bench_kernels):
+    for dim, configs in bench_kernels.SWEEP_SHORT.items():
+        default = bench_kernels.default_config(dim, torch.device("cuda"))
+        assert configs[0] == (default.short_span, default.short_block, default.short_step, default.short_warps,
+                              default.short_stages)
+        assert configs[1][0] == 0  # the single launch, the reference each config is checked against
+    result = dict(kind="sweep_short", B=8, H=12, S=4096, D=64, docs=32, config=(128, 32, 32, 4, 2), ms=0.5,
+                  rounds_ms=[0.5, 0.6, 0.4])
+    rows, _ = bench_kernels.summary([result])
+    assert rows[0] == "sweep short (8, 12, 4096, 64)  docs=32   (128, 32, 32, 4, 2)        0.500 ms graph"

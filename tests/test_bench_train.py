@@ -24,7 +24,9 @@ def test_tiny_preset_measures_every_arm_and_records(bench_train, tmp_path, monke
     assert bench_train.main(["--sizes", "tiny", "--out", str(out), "--record"]) == 0
 
     report = json.loads(out.read_text())
-    assert [r["arm"] for r in report["arms"]] == [arm.name for arm in bench_train.ARMS]
+    runnable = [arm.name for arm in bench_train.ARMS if torch.cuda.is_available() or not arm.needs_cuda]
+    assert [r["arm"] for r in report["arms"]] == runnable
+    assert "fit-triton-compile-embed" in runnable
     for r in report["arms"]:
         assert "error" not in r, r
         assert r["tokens_per_s"] > 0 and r["mfu"] > 0 and r["flops_per_symbol"] > 0
@@ -33,12 +35,12 @@ def test_tiny_preset_measures_every_arm_and_records(bench_train, tmp_path, monke
     assert all(row["symbols_per_s"] > 0 and row["cores_needed"]["d64"] > 0 for row in report["data"])
 
     printed = capsys.readouterr().out.rstrip("\n").splitlines()
-    assert printed[-1].startswith("| d64 | plain-graphs | ")  # the throughput table comes last
-    assert printed[-len(bench_train.ARMS) - 2].startswith("| model | arm | tokens/s |")
+    assert printed[-1].startswith(f"| d64 | {runnable[-1]} | ")  # the throughput table comes last
+    assert printed[-len(runnable) - 2].startswith("| model | arm | tokens/s |")
 
     text = benchmarks.read_text()
     block_at, later_at = text.index("`python tools/bench_train.py --sizes tiny"), text.index("## Later section")
-    assert text.index("notes") < block_at < text.index("| d64 | plain-graphs |") < later_at
+    assert text.index("notes") < block_at < text.index(f"| d64 | {runnable[-1]} |") < later_at
     assert text.endswith("## Later section\n\nkept\n")
 
 
@@ -68,6 +70,26 @@ def test_causal_work_is_the_share_of_causal_pairs_inside_documents(bench_train):
     doc_ids = torch.tensor([[0, 0, 1, 1, 1, 1], [5, 5, 5, 5, 5, 5]])  # 3 + 10 of 21 pairs; all 21
     work = bench_train.Workload("raw", Vocabulary(), [{"doc_ids": doc_ids}])
     assert work.causal_work() == pytest.approx((13 / 21 + 1) / 2)
+
+
+def test_throughput_table_compares_every_arm_with_the_flex_loop(bench_train):
+    def arm(name, tokens_per_s):
+        return dict(model="d768", arm=name, tokens_per_s=tokens_per_s, step_ms=1.0, tflops=1.0, mfu=0.5)
+
+    rows = bench_train.throughput_table([arm("fit-triton-compile", 120.0), arm("plain-compile", 110.0),
+                                         arm("plain-flex-compile", 100.0)]).splitlines()
+    assert "| vs best plain | vs flex |" in rows[0]
+    assert "| 1.09x | 1.20x |" in rows[2] and "| 0.91x | 1.00x |" in rows[4]
+    without = bench_train.throughput_table([arm("fit-triton-compile", 120.0)]).splitlines()
+    assert "| n/a | n/a |" in without[2]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the flex arm runs where there is CUDA")
+def test_flex_arm_asks_for_a_gpu_on_the_cpu(bench_train, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_train.main(["--sizes", "tiny", "--arms", "plain,plain-flex-compile"])
+    assert exit_info.value.code == 2
+    assert "--arms: plain-flex-compile needs a CUDA GPU" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize(

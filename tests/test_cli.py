@@ -333,7 +333,7 @@ def recipe(tmp_path, monkeypatch) -> Path:
     "override, fragments",
     [
         (["--data.views.names", "[raw, gzip]"], ["unknown view 'gzip'"]),
-        (["--model.arch.attn_backend", "flex"], ["unknown model.arch.attn_backend 'flex'", "sdpa, triton, flash_attn"]),
+        (["--model.arch.attn_backend", "xformers"], ["unknown model.arch.attn_backend 'xformers'", "sdpa, triton, flash_attn, flex"]),
         (["--model.arch.n_heads", "3"], ["model.arch.d_model (32) must be divisible by model.arch.n_heads (3)"]),
         (["--model.compile_mode", "reduce_overhead"], ["model.compile_mode='reduce_overhead'", "reduce-overhead"]),
         (["--data.seq_len", "1"], ["seq_len >= 2"]),
@@ -415,8 +415,8 @@ def _tool_help(module: str, entry: str, capsys, monkeypatch) -> str:
     return capsys.readouterr().out
 
 
-HELP_VERBS = [["fit"], ["validate"], ["generate"], ["eval-bpb"], ["gym"], ["gym", "eval"], ["gym", "bench"], ["rl"],
-              ["compare"]]
+HELP_VERBS = [["fit"], ["validate"], ["generate"], ["eval-bpb"], ["gym"], ["gym", "eval"], ["gym", "bench"],
+              ["gym", "generate"], ["rl"], ["compare"], ["shards", "split"], ["shards", "join"]]
 TOOLS = [("proxycomp.bench.data", "main"), ("proxycomp.bench.decode", "main"), ("proxycomp.bench.kernels", "main"),
          ("proxycomp.bench.train", "parse_args"), ("proxycomp.gym_bridge.rl.compare", "main")]
 

@@ -17,7 +17,8 @@ from jsonargparse import ArgumentError
 
 from proxycomp.cli import main as proxycomp
 from proxycomp.compare import ARMS, Budget, CompareError, CompareSpec, Comparison, parse_arms, plan_arm
-from proxycomp.compare.cli import parse_spec
+from proxycomp.compare.arms import SIZE_LR
+from proxycomp.compare.cli import parse_seeds, parse_spec
 from proxycomp.compare.replay import raw_views_seen
 from proxycomp.compare.spec import PRESETS
 from proxycomp.compare.stability import compressor_stats, delete_characters, levenshtein
@@ -90,17 +91,18 @@ def test_general_compressors_are_rewritten_by_small_edits_and_the_tokenizer_is_n
 MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 2}
 
 
-@pytest.mark.parametrize("unit", ["flops", "symbols"])
-def test_every_arm_spends_the_budget_to_within_one_step(unit):
-    budget = Budget(3e9 if unit == "flops" else 4e5, unit)
+@pytest.mark.parametrize("match", ["flops", "symbols"])
+def test_every_arm_spends_the_budget_to_within_one_step(match):
+    budget = Budget(3e9 if match == "flops" else 4e5, match)
     for arm in ARMS.values():
         plan = plan_arm(arm, budget, MODEL, 64, 4, 500)
-        spent = plan.flops if unit == "flops" else plan.symbols
-        step = plan.symbols_per_step * (plan.flops_per_symbol if unit == "flops" else 1)
+        spent = plan.flops if match == "flops" else plan.symbols
+        step = plan.symbols_per_step * (plan.flops_per_symbol if match == "flops" else 1)
         assert spent <= budget.value < spent + step
     byte, bpe = (plan_arm(ARMS[n], budget, MODEL, 64, 4, 500) for n in ("byte", "bpe"))
     # A bigger head costs FLOPs: equal FLOPs means fewer steps for the token arm, equal symbols the same steps.
-    assert (bpe.max_steps < byte.max_steps) == (unit == "flops")
+    assert (bpe.max_steps < byte.max_steps) == (match == "flops")
+    assert (bpe.flops > byte.flops) == (match == "symbols")
 
 
 def test_the_plan_counts_the_flops_proxylm_logs():
@@ -112,7 +114,7 @@ def test_the_plan_counts_the_flops_proxylm_logs():
 def test_bad_budgets_and_arm_lists_are_refused():
     with pytest.raises(CompareError, match="buys no step"):
         plan_arm(ARMS["byte"], Budget(1e3), MODEL, 64, 4, 500)
-    with pytest.raises(CompareError, match="budget-unit"):
+    with pytest.raises(CompareError, match="--match must be one of flops, symbols"):
         Budget(1e9, "tokens")
     with pytest.raises(CompareError, match="positive"):
         Budget(0)
@@ -187,7 +189,7 @@ def test_replay_stream_packs_the_stream_once_in_order_and_resumes():
     assert (inputs[: len(symbols)] == symbols).all() and (inputs[len(symbols):] == 0).all()
     positions = torch.cat([b["positions"].reshape(-1) for b in batches]).numpy()[: len(symbols) - 1]
     assert (positions[symbols[:-1] == BOS] == 0).all()
-    resumed = list(ReplayStream(symbols, 16, 3, batches_consumed=2, cursors={0: StreamCursor(6, 0, 0)}))
+    resumed = list(ReplayStream(symbols, 16, 3, batches_consumed=2, cursors={0: StreamCursor(2)}))
     assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(resumed, batches[2:]))
     assert len(resumed) == len(batches) - 2
 
@@ -203,12 +205,10 @@ def test_replay_collects_every_raw_symbol_the_proxy_stream_showed(corpus_dir, tm
                          for b in seen)
     raw_in_replay = int(((replay >= RAW_OFFSET) & (replay < RAW_OFFSET + RAW_SIZE)).sum())
     assert raw_in_replay == raw_in_batches > 0
-    # Whole raw views first, then (at most one per worker) the views the last step cut: a document's prefix.
-    docs = {d.data for d in dm.corpus.train}
+    # Raw views (whole documents, or chunks of paired ones), then those the last step cut: each a part of a document.
+    docs = [d.data for d in dm.corpus.train]
     texts = [RawView(RAW_OFFSET).decode(body[2:-2]) for body in np.split(replay, np.flatnonzero(replay == BOS)[1:])]
-    cut = max(1, workers)
-    assert all(text in docs for text in texts[:-cut])
-    assert all(any(doc.startswith(text) for doc in docs) for text in texts[-cut:])
+    assert all(any(text in doc for doc in docs) for text in texts)
 
 
 # ---- specs and the tool -------------------------------------------------------------------------------------
@@ -249,7 +249,7 @@ def test_compare_reports_bad_input_in_one_line(tmp_path, capsys):
         assert not any("Traceback" in line for line in err)
     assert proxycomp(["compare", "--out", str(tmp_path / "o"), "--preset", "h200_base", "--dry_run"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 6 and all("steps" in line for line in lines[:5]) and "raw_subset" in lines[5]
+    assert len(lines) == 7 and all("steps" in line for line in lines[:6]) and "raw_subset" in lines[6]
     # a flag overrides the preset
     assert proxycomp(["compare", "--out", str(tmp_path / "o"), "--preset", "h200_base", "--budget", "6e15",
                       "--arms", "byte", "--dry_run"]) == 0
@@ -265,6 +265,59 @@ def test_results_from_other_settings_are_not_resumed(tmp_path):
         Comparison(CompareSpec(budget=2e9), tmp_path)
 
 
+@pytest.mark.parametrize("match", ["flops", "symbols"])
+def test_the_masked_twin_trains_on_its_proxy_arms_batches_for_its_steps(tmp_path, match):
+    spec = CompareSpec(budget=3e11 if match == "flops" else 4e5, match=match)
+    comparison = Comparison(spec, tmp_path)
+    proxy, twin = ARMS["proxy_spm"], ARMS["proxy_spm_masked"]
+    plan = comparison.plan(proxy)
+    assert comparison.plan(twin).max_steps == plan.max_steps
+    configs = {(arm.name, seed): comparison.fit_config(arm, plan, tmp_path / arm.name / str(seed), seed)
+               for arm in (proxy, twin) for seed in (0, 1)}
+
+    def data(arm, seed):
+        return {k: v for k, v in configs[arm, seed]["data"].items() if k != "artifacts_dir"}
+
+    assert data("proxy_spm", 1) == data("proxy_spm_masked", 1) != data("proxy_spm", 0)
+    assert configs["proxy_spm_masked", 0]["model"]["loss_targets"] == "raw"
+    assert configs["proxy_spm", 0]["model"]["loss_targets"] == "all"
+    # a training seed changes initialization, order and view draws, not the split or the tokenizer
+    assert configs["proxy_spm", 1]["seed_everything"] == data("proxy_spm", 1)["stream_seed"] == 1
+    assert data("proxy_spm", 1)["seed"] == data("proxy_spm", 0)["seed"] == spec.seed
+    assert configs["proxy_spm", 0]["model"]["optim"]["lr"] == SIZE_LR["tiny"]
+
+
+def test_seeds_are_reported_as_mean_and_spread(tmp_path):
+    spec = CompareSpec(budget=4e5, match="symbols")
+    comparison = Comparison(spec, tmp_path)
+
+    def run(arm: str, bpb: float) -> dict:
+        return {"status": "done", "plan": comparison.plan(ARMS[arm]).to_dict(), "budget_share": 1.0, "wall_s": 3,
+                "val_bpb": bpb, "val_bpb_raw_ids": bpb - 0.1, "val_bpb_perturbed": bpb + 0.5}
+
+    comparison.results["arms"] = {
+        "proxy_spm": {"0": run("proxy_spm", 2.0), "1": run("proxy_spm", 2.2)},
+        "proxy_spm_masked": {"0": run("proxy_spm_masked", 2.5), "1": run("proxy_spm_masked", 2.4)},
+        "byte": {"0": run("byte", 1.5), "1": {"status": "running"}},
+    }
+    comparison.save()
+    table = (tmp_path / "results.md").read_text()
+    assert "Matched on symbols" in table
+    assert "| proxy_spm | raw+spm (paper) | done | 0,1 |" in table and "| 2.1000 | 0.2000 | 2.0000 | 2.6000 |" in table
+    assert "| proxy_spm_masked | raw+spm (paper, loss on raw only) | done | 0,1 |" in table
+    assert "| byte | raw (byte) | 1/2 done | 0,1 |" in table and "| 1.5000 |  | 1.4000 |" in table  # one seed: no spread
+    assert json.loads((tmp_path / "results.json").read_text())["contrasts"]["proxy_spm - byte (main claim)"] == (
+        pytest.approx({"val_bpb": 0.6, "val_bpb_raw_ids": 0.6, "noise": 0.2}))
+    transfer = json.loads((tmp_path / "results.json").read_text())["contrasts"][
+        "proxy_spm_masked - proxy_spm (transfer: same batches)"]
+    assert transfer == pytest.approx({"val_bpb": 0.35, "val_bpb_raw_ids": 0.35, "noise": 0.2})
+    assert "| proxy_spm_masked - proxy_spm (transfer: same batches) | +0.3500 | +0.3500 | 0.2000 |" in table
+    assert parse_seeds("0,1") == [0, 1]
+    for bad in ("0,x", "1,1", ","):
+        with pytest.raises(CompareError, match="--seeds"):
+            parse_seeds(bad)
+
+
 # ---- the CPU smoke of the whole comparison ------------------------------------------------------------------
 class StopAtStep(L.Callback):
     """Ends fit early, as an interrupted device call would."""
@@ -278,8 +331,8 @@ class StopAtStep(L.Callback):
 
 
 class InterruptedComparison(Comparison):
-    def fit_config(self, arm, plan, arm_dir):
-        config = super().fit_config(arm, plan, arm_dir)
+    def fit_config(self, arm, plan, arm_dir, seed):
+        config = super().fit_config(arm, plan, arm_dir, seed)
         config["trainer"]["callbacks"].append({"class_path": f"{__name__}.StopAtStep", "init_args": {"step": 10}})
         return config
 
@@ -294,33 +347,38 @@ def test_cpu_smoke_of_every_arm_at_equal_budget_with_resume(corpus_dir, tmp_path
     try:
         out = tmp_path / "full"
         results = Comparison(spec, out).run(list(ARMS.values()))
-        arms = results["arms"]
+        arms = {name: runs["0"] for name, runs in results["arms"].items()}
         assert all(a["status"] == "done" for a in arms.values()) and set(arms) == set(ARMS)
         for name, a in arms.items():
             step = a["plan"]["symbols_per_step"] * a["plan"]["flops_per_symbol"]
             assert a["steps"] == a["plan"]["max_steps"] and len(a["curve"]) >= 3 and a["curve"][0]["step"] == 0
             assert math.isfinite(a["val_bpb"]) and math.isfinite(a["val_bpb_perturbed"])
+            assert (a["val_bpb_raw_ids"] is None) == (name == "bpe")
             if name != "raw_subset":
                 assert a["flops"] <= spec.budget < a["flops"] + step
+            if a["val_bpb_raw_ids"] is not None:
+                assert a["val_bpb_raw_ids"] <= a["val_bpb"]
         assert arms["raw_subset"]["symbols"] < arms["proxy_spm"]["symbols"]
+        assert arms["proxy_spm_masked"]["steps"] == arms["proxy_spm"]["steps"]
+        assert arms["proxy_spm_masked"]["val_bpb"] != arms["proxy_spm"]["val_bpb"]
         assert set(results["compressors"]) == {"raw", "spm", "zstd", "brotli"}
         table = (out / "results.md").read_text()
         assert all(f"| {name} |" in table for name in ARMS)
         assert (out / "bpb_vs_compute.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert json.loads((out / "results.json").read_text())["arms"] == arms
+        assert json.loads((out / "results.json").read_text())["arms"] == results["arms"]
 
         # A second call skips every finished arm.
         capsys.readouterr()
         again = Comparison(spec, out).run(list(ARMS.values()))
         assert capsys.readouterr().err.count("done, skipped") == len(ARMS)
-        assert again["arms"] == arms
+        assert again["arms"] == results["arms"]
 
         # An interrupted arm resumes from its last checkpoint and ends exactly where an uninterrupted one does.
         cut = tmp_path / "cut"
         with pytest.raises(CompareError, match="stopped at step 10"):
             InterruptedComparison(spec, cut).run([ARMS["byte"]])
-        assert json.loads((cut / "results.json").read_text())["arms"]["byte"]["status"] == "running"
-        resumed = Comparison(spec, cut).run([ARMS["byte"]])["arms"]["byte"]
+        assert json.loads((cut / "results.json").read_text())["arms"]["byte"]["0"]["status"] == "running"
+        resumed = Comparison(spec, cut).run([ARMS["byte"]])["arms"]["byte"]["0"]
         assert resumed["resumed"] and resumed["steps"] == arms["byte"]["steps"]
         assert resumed["val_bpb"] == pytest.approx(arms["byte"]["val_bpb"], abs=1e-5)
         steps, bpb = zip(*[(p["step"], p["val_bpb"]) for p in arms["byte"]["curve"]])

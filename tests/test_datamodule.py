@@ -65,6 +65,19 @@ def test_train_batches_follow_the_contract_and_artifacts_are_written(corpus_dir,
     assert (tmp_path / "art" / SPM_MODEL_FILE).read_bytes() == dm.spm_model
     manifest = json.loads((tmp_path / "art" / MANIFEST_FILE).read_text())
     assert manifest["corpus"]["kept"] == 40 and manifest["vocabulary"] == dm.vocabulary.to_dict()
+    # what the first batches hold: a document or more per row, and whole pairs in the paired warmup
+    first = manifest["first_batches"]
+    assert first["rows"] == 2 and first["documents_per_batch"] >= 2 and 0 < first["paired_row_share"] <= 1
+
+
+def test_stream_seed_changes_the_order_not_the_split(corpus_dir, tmp_path):
+    dms = [make_dm(corpus_dir, tmp_path / str(k), views=("raw", "zstd"), stream_seed=k) for k in (None, 1, 2)]
+    for dm in dms:
+        dm.setup("fit")
+    assert dms[0].stream_seed == dms[1].stream_seed == 1  # null: the data module's seed
+    assert [d.name for d in dms[0].corpus.val] == [d.name for d in dms[2].corpus.val]
+    first = [next(iter(dm.train_dataloader()))["input_ids"] for dm in dms]
+    assert torch.equal(first[0], first[1]) and not torch.equal(first[0], first[2])
 
 
 def test_val_loader_is_raw_only_and_deterministic(corpus_dir, tmp_path):
@@ -127,8 +140,9 @@ def test_resume_sees_the_same_batches_as_an_uninterrupted_run(corpus_dir, tmp_pa
 def test_a_longer_resumed_run_keeps_the_mixing_schedule_it_was_trained_with(corpus_dir, tmp_path):
     """Stopped at step 2 of 10 (paired warmup until step 2), resumed with max_steps 40 (the CLI links it into
     total_steps): steps 2..7 are the batches of an uninterrupted run whose schedule is the first run's, not those
-    of a run planned for 40 steps (paired warmup until step 8)."""
-    settings = dict(views=("raw", "zstd"), num_workers=1)
+    of a run planned for 40 steps (paired warmup until step 8). Windows of 512 symbols start new documents every
+    step, so the schedule's mode shows in every batch."""
+    settings = dict(views=("raw", "zstd"), num_workers=1, seq_len=512)
     planned = fit(make_dm(corpus_dir, tmp_path / "a", total_steps=10, **settings), 8, tmp_path / "a")
     fit(make_dm(corpus_dir, tmp_path / "b", total_steps=10, **settings), 2, tmp_path / "b")
     longer = make_dm(corpus_dir, tmp_path / "c", total_steps=40, **settings)

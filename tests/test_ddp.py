@@ -186,19 +186,35 @@ def test_two_gloo_processes_follow_the_single_process_loss_curve_and_resume_exac
 
 
 # ---- gym: one worker per GPU ---------------------------------------------------------------------------------
-# A task that reports its worker's CUDA_VISIBLE_DEVICES as its load error; the sleep keeps both slots busy at once.
+# A task that reports its judge's CUDA_VISIBLE_DEVICES as its load error; the sleep keeps both slots busy at once.
 PINNING_PROBE = "import os, time\ntime.sleep(1)\nraise RuntimeError('pinned=' + os.environ['CUDA_VISIBLE_DEVICES'])\n"
 
 
-@pytest.mark.slow
-def test_local_pool_pins_one_worker_per_device():
-    pool = LocalPool(devices=["0", "1"])
+def run_pinning_probe(devices: list[str]) -> list[str]:
+    pool = LocalPool(devices=devices)
     try:
-        job = {"task_source": PINNING_PROBE, "candidate_code": "", "config": EvalConfig(size="cpu").to_dict()}
+        job = {"task_source": PINNING_PROBE, "candidate_code": "", "config": EvalConfig(size="cpu", retries=0).to_dict()}
         results = pool.run([job, job])
     finally:
         pool.close()
-    assert sorted(r["error"] for r in results) == ["RuntimeError: pinned=0", "RuntimeError: pinned=1"]
+    return sorted(r["error"] for r in results)
+
+
+@pytest.mark.slow
+def test_a_pool_pinned_to_gpus_on_a_machine_without_them_says_which_gpu_is_missing():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    errors = run_pinning_probe(["0", "1"])
+    assert [e.split(":", 1)[0] for e in errors] == ["a judge process did not start"] * 2
+    assert "CUDA_VISIBLE_DEVICES='0' names no usable GPU" in errors[0]
+    assert "CUDA_VISIBLE_DEVICES='1' names no usable GPU" in errors[1]
+
+
+@pytest.mark.gpu
+def test_local_pool_pins_one_judge_per_device():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    assert run_pinning_probe(["0", "0"]) == ["RuntimeError: pinned=0"] * 2
 
 
 def test_workers_are_pinned_by_machine_gpu_names_not_parent_indices(monkeypatch):

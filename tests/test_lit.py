@@ -9,11 +9,11 @@ from torch.utils.data import DataLoader, Dataset
 
 from proxycomp.checkpoint import AtomicCheckpointIO, CheckpointError, load_lm
 from proxycomp.lit import OptimConfig, ProxyLM, warmup_cosine
-from proxycomp.losses import symbol_nats
+from proxycomp.losses import restricted_nats, symbol_nats
 from proxycomp.model import ModelConfig, ModelConfigError
 from proxycomp.scoring import score_documents, sliding_windows
 from proxycomp.views import RawView
-from proxycomp.vocab import BOS, EOS, RAW_OFFSET, SENTINELS, Vocabulary, is_raw_byte
+from proxycomp.vocab import BOS, EOS, RAW_OFFSET, SENTINELS, Vocabulary, is_raw_byte, raw_reply_ids
 
 VOCAB = Vocabulary((("spm", 16),))
 SEQ = 32
@@ -123,6 +123,27 @@ def test_loss_is_logged_per_vocabulary_range():
         assert mask.any()
         assert float(logged[f"train/loss_{name}"]) == pytest.approx(float(nats[mask].mean()), rel=1e-5)
     assert float(logged["train/loss"]) == pytest.approx(float(nats[targets != -100].mean()), rel=1e-5)
+
+
+def test_the_masked_twin_trains_on_the_proxy_loss_restricted_to_raw_targets():
+    twin = ProxyLM(ModelConfig(**ARCH), OptimConfig(warmup_steps=2, lr=3e-3), vocabulary=VOCAB.to_dict(),
+                   loss_targets="raw")
+    before = copy.deepcopy(twin.model)
+    data, losses = SyntheticData(), LossRecorder()
+    trainer = quiet_trainer(max_steps=1, callbacks=[losses])
+    trainer.fit(twin, data)
+    batch = next(iter(data.train_dataloader()))
+    targets = batch["targets"].flatten()
+    nats = symbol_nats(before(batch["input_ids"], batch["positions"], batch["doc_ids"]), batch["targets"]).detach()
+    raw, spm = is_raw_byte(targets), targets >= VOCAB.offset("spm")
+    assert raw.any() and spm.any()
+    # the proxy arm's loss on the same batch, restricted to raw-byte targets, is what the twin trains on
+    assert losses.losses[0] == pytest.approx(float(nats[raw].mean()), rel=1e-5)
+    logged = trainer.logged_metrics
+    assert float(logged["train/loss"]) == pytest.approx(float(nats[raw].mean()), rel=1e-5)
+    assert float(logged["train/loss_spm"]) == pytest.approx(float(nats[spm].mean()), rel=1e-5)  # scored, untrained
+    with pytest.raises(ModelConfigError, match="loss_targets must be one of all, raw"):
+        ProxyLM(ModelConfig(**ARCH), vocabulary=VOCAB.to_dict(), loss_targets="spm")
 
 
 def test_throughput_is_logged_as_host_tensors(monkeypatch):
@@ -405,6 +426,24 @@ def test_score_documents_matches_a_direct_computation_and_counts_every_byte():
     assert result.bits_per_byte == pytest.approx(bits / result.bytes, rel=1e-5)
     # Short windows only change how much context each byte sees, not which bytes count.
     assert score_documents(lm.model, docs, seq_len=16, stride=5).bytes == result.bytes
+
+
+def test_raw_id_bpb_renormalizes_over_the_raw_reply_ids():
+    lm = tiny_lm(max_seq_len=64)
+    doc = b"def f(x):\n    return x\n"
+    result = score_documents(lm.model, [doc], seq_len=64, stride=32)
+    ids = torch.tensor([RawView(RAW_OFFSET).serialize(doc)])
+    with torch.no_grad():
+        logits = lm.model(ids[:, :-1])[0]
+    allowed = raw_reply_ids(VOCAB.size)
+    targets = ids[0, 1:]
+    direct = -torch.log_softmax(logits[:, allowed], -1)[torch.arange(len(targets)), [
+        allowed.index(int(t)) if int(t) in allowed else 0 for t in targets]]
+    bits = float(direct[is_raw_byte(targets)].sum()) / math.log(2) / len(doc)
+    assert result.raw_ids_bits_per_byte == pytest.approx(bits, rel=1e-5)
+    assert result.raw_ids_bits_per_byte < result.bits_per_byte  # the mass on other ids is given back to the bytes
+    outside = torch.tensor([[-100, VOCAB.offset("spm")]])  # ignored, and a compressed id: no raw-id loss
+    assert (restricted_nats(logits[None, :2], outside, torch.tensor(allowed)) == 0).all()
 
 
 @pytest.mark.parametrize("field, value", [("lr", 0.0), ("warmup_steps", -1), ("min_lr_ratio", 1.5)])

@@ -209,7 +209,7 @@ def test_flops_per_symbol_on_a_hand_computed_config():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(attn_backend="flex"), "unknown model.arch.attn_backend 'flex'; valid: sdpa, triton, flash_attn"),
+        (dict(attn_backend="xformers"), "unknown model.arch.attn_backend 'xformers'; valid: sdpa, triton, flash_attn, flex"),
         (dict(embed_backend="cuda"), "unknown model.arch.embed_backend 'cuda'; valid: torch, triton"),
         (dict(d_model=30), "must be divisible by model.arch.n_heads"),
         (dict(n_kv_heads=3), "multiple of model.arch.n_kv_heads"),
@@ -253,6 +253,20 @@ def test_triton_backends_match_torch_on_packed_documents():
     out_ref.square().mean().backward()
     for (name, p_fused), p_ref in zip(fused.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p_fused.grad, p_ref.grad, atol=1e-4, rtol=1e-3, msg=name)
+
+
+def test_flex_backend_matches_sdpa_on_packed_documents():
+    """FlexAttention's block mask keeps the same documents apart (forward only: torch has no flex backward on CPU)."""
+    reference = tiny_model()
+    flex = tiny_model(attn_backend="flex")
+    flex.load_state_dict(reference.state_dict())
+    ids = torch.randint(0, 330, (2, 21))
+    doc_ids = torch.tensor([[0] * 9 + [1] + [2] * 11, [3] * 21])
+    positions = torch.cat([torch.arange(9), torch.arange(1), torch.arange(11)])[None].repeat(2, 1)
+    positions[1] = torch.arange(21)
+    with torch.no_grad():
+        torch.testing.assert_close(flex(ids, positions, doc_ids), reference(ids, positions, doc_ids))
+        torch.testing.assert_close(flex(ids), reference(ids))  # no doc_ids: one causal document per row
 
 
 def test_raw_reply_restriction_never_draws_compressed_ids():

@@ -10,11 +10,22 @@ from proxycomp.data import (
     CURSOR_KEY, MixingSchedule, ScheduleError, StreamCursor, TrainStream, ValWindows, choose_views,
     compressed_only_probability, pack_window,
 )
+from proxycomp.data.pairing import is_whole_pair, max_pair_symbols, paired_contexts
 from proxycomp.losses import IGNORE_INDEX
-from proxycomp.views import ViewConfig
+from proxycomp.views import ViewConfig, serialize_views, train_spm
 from proxycomp.vocab import BOS, EOS, PAD, SENTINELS
 
 DOCS = [(f"def f{i}():\n    return {i}\n" * (1 + i % 5)).encode() for i in range(24)]
+
+
+def long_documents(n: int) -> list[bytes]:
+    """Code files of 2-20 KB (python-sources' mean is ~15 KB), with non-ASCII text and a long line in each."""
+    docs = []
+    for i in range(n):
+        line = f"    total_{i} = compute(value, {i}) + offset  # é ü ✓ {i}\n"
+        body = f"def function_{i}(value, offset):\n" + line * (40 + (i * 37) % 360) + "x = '" + "ab" * 300 + "'\n"
+        docs.append(body.encode())
+    return docs
 
 
 def test_paper_schedule_ramps_then_switches_to_sentinel():
@@ -123,15 +134,17 @@ def test_stream_is_deterministic_and_seeded():
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_stream_resumes_from_cursors(workers):
+    # Through the paired warmup (chunked pairs) into sentinel mode, and past the end of the rows' first epochs.
     def loader(**kw):
-        return DataLoader(stream(**kw), batch_size=None, num_workers=workers)
+        schedule = MixingSchedule("paper", total_steps=12)
+        return DataLoader(stream(seq_len=64, schedule=schedule, **kw), batch_size=None, num_workers=workers)
 
     full = take(loader(), 9)
     consumed = 5
     cursors = {}
     for b in full[:consumed]:
-        logical, windows, document, start = b[CURSOR_KEY].tolist()
-        cursors[logical] = StreamCursor(windows, document, start)
+        logical, *cursor = b[CURSOR_KEY].tolist()
+        cursors[logical] = StreamCursor.from_list(cursor)
     resumed = take(loader(batches_consumed=consumed, cursors=cursors), 4)
     for expected, got in zip(full[consumed:], resumed):
         assert all(torch.equal(expected[k], got[k]) for k in expected)
@@ -140,3 +153,67 @@ def test_stream_resumes_from_cursors(workers):
 def test_too_many_shards_for_the_documents():
     with pytest.raises(ValueError, match="1 train documents cannot feed 2 loader shards"):
         take(DataLoader(stream(documents=DOCS[:1]), batch_size=None, num_workers=2), 1)
+
+
+def test_rows_of_a_batch_come_from_independent_places_in_the_corpus():
+    # python-sources at seq_len 2048: 32 consecutive windows of one stream spanned ~5 documents
+    docs = long_documents(64)
+    s = stream(documents=docs, view_config=ViewConfig(("raw",)), schedule=MixingSchedule("byte"), seq_len=2048,
+               batch_size=32)
+    for rows, _ in take(s.batch_rows(), 4):
+        owners = {}
+        for k, row in enumerate(rows):
+            for index, _ in row:
+                assert owners.setdefault(index, k) == k  # no document in two rows (first epoch)
+    assert s.report(4)["documents_per_batch"] >= 32
+
+
+def views_of(context: np.ndarray) -> dict[str, np.ndarray]:
+    """The symbols of each view in one ``<bos> … <eos>`` context."""
+    assert context[0] == BOS and context[-1] == EOS
+    views, i = {}, 1
+    while context[i] != EOS:
+        name = next(n for n, (o, _) in SENTINELS.items() if o == context[i])
+        close = i + 1 + int(np.flatnonzero(context[i + 1:] == SENTINELS[name][1])[0])
+        views[name] = context[i + 1:close]
+        i = close + 1
+    return views
+
+
+@pytest.fixture(scope="module")
+def codecs():
+    config = ViewConfig(("raw", "spm", "zstd", "brotli"), spm_vocab_size=300)
+    return config.build(train_spm(long_documents(8), 300, budget_bytes=200_000))
+
+
+@pytest.mark.parametrize("name", ["spm", "zstd", "brotli"])
+def test_long_paired_documents_become_aligned_chunks_that_round_trip(codecs, name):
+    doc = long_documents(3)[2] + b"tail \xff\xfe not utf-8 \xc3"
+    for order in (["raw", name], [name, "raw"]):
+        contexts = paired_contexts(doc, [codecs[n] for n in order], max_pair_symbols(512))
+        assert len(contexts) > 4 and all(len(c) <= max_pair_symbols(512) for c in contexts)
+        chunks = []
+        for context in contexts:
+            assert is_whole_pair(context)
+            views = views_of(context)
+            assert list(views) == order
+            chunk = codecs["raw"].decode(views["raw"])
+            assert codecs[name].decode(views[name]) == chunk  # each chunk encoded on its own
+            chunks.append(chunk)
+        assert b"".join(chunks) == doc
+        assert sum(c.endswith(b"\n") for c in chunks) >= len(chunks) - 5  # cut at line ends (but the long line)
+    short = DOCS[3]
+    assert [c.tolist() for c in paired_contexts(short, [codecs["raw"], codecs["zstd"]], 512)] == [
+        serialize_views([("raw", codecs["raw"].encode_array(short)), ("zstd", codecs["zstd"].encode_array(short))])
+        .tolist()]
+
+
+def test_most_rows_of_a_warmup_batch_hold_a_whole_pair():
+    # the first steps of the paper schedule (r = 0.4: two documents in three paired) at seq_len 2048
+    def paired_share(chunk_pairs: bool) -> float:
+        schedule = MixingSchedule("paper", total_steps=10_000, chunk_pairs=chunk_pairs)
+        s = stream(documents=long_documents(40), schedule=schedule, seq_len=2048, batch_size=32)
+        return s.report(4)["paired_row_share"]
+
+    assert paired_share(True) >= 0.5
+    assert paired_share(False) <= 0.1  # whole documents: their two views hardly ever share a window

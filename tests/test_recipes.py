@@ -36,4 +36,5 @@ def test_recipe_parses_and_links(recipe, tmp_path, monkeypatch):
         assert lm.config.d_model <= 128 and lm.config.n_layers == 2 and data.corpus_config.max_documents
     else:
         params = sum(p.numel() for p in lm.parameters())
-        assert 25e6 <= params <= 85e6 and data.seq_len == 2048
+        # the RL policy's recipe trains at the longer context its episodes need
+        assert 25e6 <= params <= 85e6 and data.seq_len == (4096 if recipe.stem == "h200_policy" else 2048)

@@ -6,9 +6,10 @@ Every estimator has the signature ``fn(returns, turn_mask, group_ids, **options)
 - ``turn_mask``: (n, T) bool, True where trajectory i reached turn t;
 - ``group_ids``: (n,) int, the prompt each trajectory was sampled for (its group).
 
-Turn-level estimators group samples by (prompt, turn) over the trajectories that reached that turn, so the
-group size N_t shrinks when trajectories stop early. Advantages are 0 on turns that were not reached; the
-trainer broadcasts each turn's advantage to all tokens of that turn's reply.
+Turn-level estimators group samples by (prompt, turn) over the trajectories that reached that turn (every
+trajectory of a rollout plays all its turns, so N_t shrinks only for a batch that mixes lengths). Advantages
+are 0 on turns that were not reached; the trainer broadcasts each turn's advantage to all tokens of that turn's
+reply.
 """
 from __future__ import annotations
 
@@ -99,23 +100,26 @@ def grpo(
     turn_mask: torch.Tensor,
     group_ids: torch.Tensor,
     *,
-    std_normalize: bool = True,
+    std_normalize: bool = False,
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """Turn-level GRPO: A = (G - mean_t) / (std_t + eps), mean and std over the group *including* the sample.
+    """Turn-level GRPO as KernelGYM's multi-turn baseline: A = G - mean_t, the mean taken over the group
+    *including* the sample, no std division. So for N_t > 1 it is TRLOO scaled by (N_t-1)/N_t, and a group of
+    one keeps A = G, as in TRLOO (verl's GRPO gives a singleton mean 0 and std 1).
 
-    std is Bessel-corrected (as verl and TRL); a singleton group has A = 0 (it is its own mean).
+    ``std_normalize`` divides by the group's Bessel-corrected std + eps (verl's ``norm_adv_by_std_in_grpo``).
     """
     _check_inputs(returns, turn_mask, group_ids)
     if eps <= 0:
         raise ValueError(f"eps: must be > 0, got {eps}")
     sums, counts = _group_sums(returns, turn_mask, group_ids)
-    centered = torch.where(turn_mask, returns - sums / counts.clamp(min=1), torch.zeros_like(returns))
+    mean = torch.where(counts > 1, sums / counts.clamp(min=1), torch.zeros_like(sums))
+    centered = torch.where(turn_mask, returns - mean, torch.zeros_like(returns))
     if not std_normalize:
         return centered
     # Two passes (mean, then squared deviations) avoid the cancellation of Σx² - n·mean².
     squared_dev, _ = _group_sums(centered * centered, turn_mask, group_ids)
-    std = torch.where(counts > 1, (squared_dev / (counts - 1).clamp(min=1)).sqrt(), torch.zeros_like(counts))
+    std = torch.where(counts > 1, (squared_dev / (counts - 1).clamp(min=1)).sqrt(), torch.ones_like(counts))
     return centered / (std + eps)
 
 

@@ -35,7 +35,7 @@ from ..config import SIZES, EvalConfig
 from ..evaluator import Evaluator
 from ..policy import ByteLMPolicy
 from ..pool import LocalPool, timing_lock_path, visible_gpus
-from ..tasks import load_task
+from ..tasks import Task, list_tasks, load_task, load_task_set
 from ..timing import DeviceLock
 from .evaluation import EvalRow, EvaluationConfig, evaluate_policy, format_table
 from .rollout import RolloutConfig
@@ -103,6 +103,9 @@ class RLConfig:
 
     Args:
         tasks: train tasks (shipped names or task file paths)
+        task_set: a task-set folder (`proxycomp gym generate`'s OUT/tasks, a KernelBench level...): RL trains on
+            its train_split instead of `tasks`, and evaluation.splits names the splits to evaluate on; null: none
+        train_split: the split of task_set RL trains on
         steps: RL steps (rollout and update each)
         tasks_per_step: train tasks per step, in rotation
         seed: sampling and rejection seeds (a resumed run repeats a step exactly)
@@ -122,6 +125,8 @@ class RLConfig:
     """
 
     tasks: list[str] = field(default_factory=_default_tasks)
+    task_set: str | None = None
+    train_split: str = "train"
     steps: int = 20
     tasks_per_step: int = 2
     seed: int = 0
@@ -139,6 +144,8 @@ class RLConfig:
     def __post_init__(self) -> None:
         if self.max_time_s is not None and self.max_time_s <= 0:
             raise ValueError(f"max_time_s: must be > 0 seconds (or null for no limit), got {self.max_time_s}")
+        if self.evaluation.splits and self.task_set is None:
+            raise ValueError(f"evaluation.splits {self.evaluation.splits}: needs task_set, the folder they split")
 
 
 class RLConfigError(UserError):
@@ -215,7 +222,7 @@ def _warm_start(config: RLConfig, fabric, policy: ByteLMPolicy, base: BaseModel,
     if corpus_path.is_file():
         variants = load_corpus(corpus_path)
     else:
-        variants = build_corpus(tasks, gym)
+        variants = build_corpus(tasks, gym, config.warmstart.label_tasks)
         save_corpus(variants, corpus_path)
     examples = corpus_examples(variants, tasks, config.rollout.instructions, config.rollout.prompt_max_bytes)
     longest = max(len(e.reply.encode()) for e in examples)
@@ -270,11 +277,24 @@ def gpu_turn(device: torch.device) -> Callable[[], ContextManager]:
     return turn
 
 
-def _evaluate(config: RLConfig, policy: ByteLMPolicy, evaluator, tasks: list, phase: str) -> list[dict]:
+def train_and_evaluation_tasks(config: RLConfig) -> tuple[list[Task], dict[str, list[Task]]]:
+    """The train tasks, and the evaluation sets by name (see `evaluation.EvaluationConfig`)."""
+    evaluation = config.evaluation
+    task_set = load_task_set(config.task_set) if config.task_set is not None else None
+    train = task_set.split(config.train_split) if task_set is not None else [load_task(name) for name in config.tasks]
+    sets = {split: task_set.split(split)[:evaluation.max_tasks] for split in evaluation.splits}
+    if evaluation.tasks:
+        sets["tasks"] = [load_task(name) for name in evaluation.tasks]
+    if evaluation.shipped:
+        sets["shipped"] = list_tasks()
+    return train, sets or {"train": train}
+
+
+def _evaluate(config: RLConfig, policy: ByteLMPolicy, evaluator, sets: dict, phase: str) -> list[dict]:
     started, rows = time.monotonic(), []
     for size in config.evaluation.sizes:
         rows += [dataclasses.asdict(r) for r in evaluate_policy(
-            policy, evaluator(size), size, tasks, config.rollout, config.evaluation, phase)]
+            policy, evaluator(size), size, sets, config.rollout, config.evaluation, phase)]
     print(f"evaluation {phase}: {time.monotonic() - started:.0f} s", flush=True)
     return rows
 
@@ -283,7 +303,7 @@ def _evaluate(config: RLConfig, policy: ByteLMPolicy, evaluator, tasks: list, ph
 _NOT_EVALUATED = ("steps", "tasks_per_step", "save_every", "max_time_s", "algorithm", "warmstart")
 
 
-def _before_rl(config: RLConfig, policy: ByteLMPolicy, evaluator, tasks: list, warm_dir: Path | None
+def _before_rl(config: RLConfig, policy: ByteLMPolicy, evaluator, sets: dict, warm_dir: Path | None
                ) -> tuple[list[dict], float]:
     """The held-out rows of the policy before RL, and the seconds they took to measure. A warm start's rows are
     kept beside its model (warm_dir/eval_before.json) and reused by every run from that model with the same
@@ -300,7 +320,7 @@ def _before_rl(config: RLConfig, policy: ByteLMPolicy, evaluator, tasks: list, w
         except (ValueError, KeyError, TypeError) as err:  # a damaged file is measured again, not trusted
             print(f"evaluation before RL: {cache} is unreadable ({err!r}); measuring again", flush=True)
     started = time.monotonic()
-    rows = _evaluate(config, policy, evaluator, tasks, "before RL")
+    rows = _evaluate(config, policy, evaluator, sets, "before RL" if warm_dir is None else "before RL (after SFT)")
     seconds = time.monotonic() - started
     if cache is not None:
         write_atomic(cache, json.dumps({"settings": settings, "seconds": seconds, "rows": rows}))
@@ -321,8 +341,7 @@ def run(config: RLConfig, args: RunArgs) -> int:
     if not resume and checkpoint.exists():
         raise RLConfigError(f"--out {out_dir} already holds a run; pass --resume to continue it "
                             "or choose another --out")
-    tasks = [load_task(name) for name in config.tasks]
-    eval_tasks = [load_task(name) for name in (config.evaluation.tasks or config.tasks)]
+    tasks, eval_sets = train_and_evaluation_tasks(config)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / "config.json", json.dumps(dataclasses.asdict(config), indent=2))
 
@@ -356,7 +375,7 @@ def run(config: RLConfig, args: RunArgs) -> int:
         # The policy is the warm start itself until RL or a resumed checkpoint changes it.
         warm_dir = warm_model.parent if not resume and warm_model.is_file() else None
         if args.warmstart_only:
-            _before_rl(config, policy, evaluator, eval_tasks, warm_dir)
+            _before_rl(config, policy, evaluator, eval_sets, warm_dir)
             print(f"warm start only: {warm_model} and its evaluation before RL", flush=True)
             return 0
         optimizer = fabric.setup_optimizers(torch.optim.AdamW(
@@ -375,7 +394,7 @@ def run(config: RLConfig, args: RunArgs) -> int:
         if resume and before_path.is_file():  # a fresh run re-measures, or reuses its warm start's rows
             rows_before = json.loads(before_path.read_text())
         else:
-            rows_before, evaluation_s = _before_rl(config, policy, evaluator, eval_tasks, warm_dir)
+            rows_before, evaluation_s = _before_rl(config, policy, evaluator, eval_sets, warm_dir)
             write_atomic(before_path, json.dumps(rows_before))
         deadline = None
         if config.max_time_s is not None:  # room for the after-RL evaluation: as long as the one before, or a step
@@ -386,7 +405,7 @@ def run(config: RLConfig, args: RunArgs) -> int:
                   "for another step and the evaluation; --resume goes on", flush=True)
             if trainer.step == 0:
                 return 0
-        rows_after = _evaluate(config, policy, evaluator, eval_tasks, f"after {trainer.step} steps")
+        rows_after = _evaluate(config, policy, evaluator, eval_sets, f"after {trainer.step} steps")
         write_atomic(out_dir / "eval_after.json", json.dumps(rows_after))
     finally:
         pool.close()

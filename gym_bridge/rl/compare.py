@@ -9,8 +9,11 @@
 2. each estimator's run starts from a copy of it (OUT/<estimator>/, its log in OUT/<estimator>.log), with the
    same config, seed and sampling, so the runs differ only in the estimator (and, with --parallel, in the
    timing noise of sharing one GPU: the two before-RL evaluations score the same samples and show it);
-3. OUT/summary.md and summary.json hold the before/after held-out table of every run and the per-step
-   training means; OUT/rl_curves.png plots them.
+3. OUT/summary.md and summary.json hold, per run and evaluated set (e.g. the family's held-out split and the
+   shipped tasks), correct@turn0, correct@any-turn, fast@1.2 at turn 0 and at the best turn, before and after RL,
+   each with a 95% Wilson interval over the set's episodes, the gym's verdict counts (hacks included), every
+   difference that matters (each arm after vs before, the arms against each other after RL) with "inside the
+   noise" where the intervals overlap, and the per-step training means; OUT/rl_curves.png plots the latter.
 A run that fails leaves its log and makes the exit status non-zero; the others still finish and are summarised.
 With --resume, a run with a checkpoint continues from it (`proxycomp rl --resume`), a finished run (evaluated after
 the steps now asked for) is left alone, and a run killed before its first checkpoint starts again; so a comparison
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -33,8 +37,11 @@ from pathlib import Path
 
 from proxycomp.files import write_atomic
 
-STEP_COLUMNS = ("reward/mean", "correct/final", "fast@1.2")
-EVAL_COLUMNS = ("reward/turn0", "reward/final", "correct/final", "fast@1", "fast@1.2")
+STEP_COLUMNS = ("reward/mean", "correct/any", "fast@1.2/best")
+# Per-episode proportions of the held-out evaluation, each with a 95% Wilson score interval.
+PROPORTIONS = ("correct/turn0", "correct/any", "fast@1.2/turn0", "fast@1.2/best")
+Z95 = 1.959963984540054
+MIN_EPISODES = 64  # fewer evaluation episodes per set and arm give intervals too wide to separate estimators
 
 
 def rl_command(config: Path, ckpt: Path, out: Path, extra: list[str]) -> list[str]:
@@ -69,14 +76,72 @@ def finished(run: Path, steps: int) -> bool:
     return (run / "eval_after.json").is_file() and steps_done(run) >= steps
 
 
+def wilson(successes: float, n: float, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion: sound for small n and for p near 0 or 1, where the normal
+    approximation is not. Episodes are taken as independent (samples of one task are not quite: keep
+    samples_per_task small and the tasks many)."""
+    if n <= 0:
+        return math.nan, math.nan
+    p = successes / n
+    scale = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / scale
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / scale
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _interval(row: dict, metric: str) -> tuple[float, float, float]:
+    """(proportion, low, high) of a metric over the row's episodes."""
+    n, p = row["metrics"]["episodes"], row["metrics"][metric]
+    return (p, *wilson(round(p * n), n))
+
+
+def _set_rows(results: dict[str, dict]) -> list[tuple[str, str, dict]]:
+    """(estimator, before/after, row) for every evaluated set's "all" row."""
+    return [(name, when, row) for name, result in results.items() for when in ("before", "after")
+            for row in result[when] if row["task"] == "all"]
+
+
+def _differences(results: dict[str, dict]) -> list[str]:
+    """Each arm after RL against before, and the arms against each other after RL, per set and proportion;
+    a difference whose 95% intervals overlap is reported as inside the noise."""
+    rows = {(name, when, row["size"], row["split"]): row for name, when, row in _set_rows(results)}
+    names = list(results)
+    pairs = [((n, "after"), (n, "before")) for n in names] + \
+        [((a, "after"), (b, "after")) for i, a in enumerate(names) for b in names[i + 1:]]
+    lines = []
+    for size, split in dict.fromkeys((size, split) for _, _, size, split in rows):
+        for (a, a_when), (b, b_when) in pairs:
+            first, second = rows.get((a, a_when, size, split)), rows.get((b, b_when, size, split))
+            if first is None or second is None:
+                continue
+            for metric in PROPORTIONS:
+                (p, lo, hi), (q, lo2, hi2) = _interval(first, metric), _interval(second, metric)
+                verdict = "inside the noise (95% intervals overlap)" if lo <= hi2 and lo2 <= hi else "outside the noise"
+                lines.append(f"- {split} ({size}) {metric}: {a} {first['phase']} {p:.3f} [{lo:.3f}, {hi:.3f}] vs {b} "
+                             f"{second['phase']} {q:.3f} [{lo2:.3f}, {hi2:.3f}]: {p - q:+.3f}, {verdict}")
+    return lines
+
+
 def summary_markdown(results: dict[str, dict]) -> str:
-    lines = ["| estimator | phase | size | task | " + " | ".join(EVAL_COLUMNS) + " |",
-             "|" + "---|" * (4 + len(EVAL_COLUMNS))]
-    for name, result in results.items():
-        for row in result["before"] + result["after"]:
-            cells = [name, row["phase"], row["size"], row["task"],
-                     *(f"{row['metrics'][c]:.3f}" for c in EVAL_COLUMNS)]
-            lines.append("| " + " | ".join(cells) + " |")
+    set_rows = _set_rows(results)
+    lines = ["Held-out evaluation: proportions of episodes with 95% Wilson score intervals.", "",
+             "| estimator | phase | size | set | episodes | " + " | ".join(PROPORTIONS) + " |",
+             "|" + "---|" * (5 + len(PROPORTIONS))]
+    for name, _, row in set_rows:
+        cells = [name, row["phase"], row["size"], row["split"], f"{row['metrics']['episodes']:.0f}",
+                 *("{:.3f} [{:.3f}, {:.3f}]".format(*_interval(row, m)) for m in PROPORTIONS)]
+        lines.append("| " + " | ".join(cells) + " |")
+    few = sorted({f"{row['split']} ({name}, {row['phase']})" for name, _, row in set_rows
+                  if row["metrics"]["episodes"] < MIN_EPISODES})
+    if few:
+        lines += ["", f"Fewer than {MIN_EPISODES} episodes (intervals too wide to separate arms): {', '.join(few)}."]
+    verdicts = sorted({k for _, _, row in set_rows for k in row["metrics"] if k.startswith(("verdict/", "hack/"))})
+    lines += ["", "The gym's verdicts over every evaluated turn (hack/<kind>: turns that tripped that check):", "",
+              "| estimator | phase | size | set | " + " | ".join(verdicts) + " |", "|" + "---|" * (4 + len(verdicts))]
+    for name, _, row in set_rows:
+        counts = [f"{row['metrics'].get(k, 0):.0f}" for k in verdicts]
+        lines.append("| " + " | ".join([name, row["phase"], row["size"], row["split"], *counts]) + " |")
+    lines += ["", "Differences:", "", *(_differences(results) or ["- (no arm has been evaluated after RL yet)"])]
     lines += ["", "Training episodes, mean per step:", "",
               "| estimator | step | " + " | ".join(STEP_COLUMNS) + " | rollout s |", "|" + "---|" * (3 + len(STEP_COLUMNS))]
     for name, result in results.items():

@@ -1,7 +1,10 @@
-"""Held-out evaluation of a policy: episodes on chosen tasks at a chosen problem size, summarised per task.
+"""Held-out evaluation of a policy: episodes on named sets of tasks at a chosen problem size, summarised per task
+and per set.
 
-Run before and after RL on the same tasks, sizes and sampling settings, the two summaries form the
-before/after table (reward and fast@1.2 being the headline columns).
+The sets are a task set's splits (``evaluation.splits``, e.g. the generated family's held-out split), explicit
+``evaluation.tasks``, and the shipped tasks (``evaluation.shipped``: a second held-out set); with none of them, the
+train tasks. Run before and after RL on the same sets, sizes and sampling settings, the summaries form the
+before/after table; `rl.compare` adds confidence intervals.
 """
 from __future__ import annotations
 
@@ -17,17 +20,22 @@ from ..tasks import Task
 from .rollout import RolloutConfig, run_episodes
 from .trainer import rollout_metrics
 
-SUMMARY_COLUMNS = ("reward/turn0", "reward/final", "correct/final", "fast@1", "fast@1.2")
+# Per-episode proportions (what compare gives intervals for), then mean rewards.
+SUMMARY_COLUMNS = ("correct/turn0", "correct/any", "fast@1.2/turn0", "fast@1.2/best", "reward/turn0", "reward/final")
+PER_TASK_ROWS = 8  # the table lists each task of a set only for sets this small (eval_*.json always holds them)
 
 
 @dataclass
 class EvaluationConfig:
-    """The held-out evaluation before and after RL.
+    """The held-out evaluation before and after RL, on one or more named sets of tasks.
 
     Args:
-        tasks: tasks to evaluate on (shipped names or task file paths); null: the train tasks
+        tasks: shipped task names or task files, the set "tasks"
+        splits: splits of RLConfig.task_set, one set each, e.g. [heldout]
+        shipped: also the shipped tasks, the set "shipped" (a second held-out set)
+        max_tasks: the first N tasks (by name) of each split, to fit a budget; null: all
         sizes: gym problem sizes, e.g. [gpu_heldout]
-        samples_per_task: episodes per task
+        samples_per_task: episodes per task: a set's episodes are samples_per_task x its tasks
         turns: most turns per episode
         temperature: sampling temperature
         top_p: nucleus sampling mass
@@ -35,6 +43,9 @@ class EvaluationConfig:
     """
 
     tasks: list[str] | None = None
+    splits: list[str] = field(default_factory=list)
+    shipped: bool = False
+    max_tasks: int | None = None
     sizes: list[str] = field(default_factory=lambda: ["cpu"])
     samples_per_task: int = 4
     turns: int = 3
@@ -43,8 +54,8 @@ class EvaluationConfig:
     seed: int = 12345
 
     def __post_init__(self) -> None:
-        if self.samples_per_task < 1 or self.turns < 1:
-            raise ValueError("evaluation.samples_per_task and evaluation.turns: must be >= 1")
+        if self.samples_per_task < 1 or self.turns < 1 or (self.max_tasks is not None and self.max_tasks < 1):
+            raise ValueError("evaluation.samples_per_task, evaluation.turns and evaluation.max_tasks: must be >= 1")
         unknown = [size for size in self.sizes if size not in SIZES]
         if unknown or not self.sizes:
             raise ValueError(f"evaluation.sizes: {unknown or 'empty'}; use sizes from {', '.join(SIZES)}")
@@ -54,30 +65,40 @@ class EvaluationConfig:
 class EvalRow:
     phase: str
     size: str
+    split: str  # the evaluated set: a split of the task set, "tasks", "shipped" or "train"
     task: str  # a task name, or "all"
     metrics: dict[str, float]
 
 
 def evaluate_policy(
-    policy: Policy, evaluator: Evaluator, size: str, tasks: Sequence[Task], rollout: RolloutConfig,
+    policy: Policy, evaluator: Evaluator, size: str, sets: dict[str, Sequence[Task]], rollout: RolloutConfig,
     config: EvaluationConfig, phase: str,
 ) -> list[EvalRow]:
-    """One row per task plus an "all" row; sampling is seeded so phases see the same random stream."""
+    """Per set, one row per task plus an "all" row; sampling is seeded so phases see the same random stream."""
     episode_config = replace(rollout, samples_per_task=config.samples_per_task, turns=config.turns,
                              temperature=config.temperature, top_p=config.top_p)
-    generator = torch.Generator(device=next(policy.module.parameters()).device).manual_seed(config.seed)
-    trajectories = run_episodes(policy, evaluator, tasks, episode_config, generator=generator)
-    rows = [EvalRow(phase, size, task.name, rollout_metrics([t for t in trajectories if t.task_id == task.name]))
-            for task in tasks]
-    rows.append(EvalRow(phase, size, "all", rollout_metrics(trajectories)))
+    rows = []
+    for split, tasks in sets.items():
+        generator = torch.Generator(device=next(policy.module.parameters()).device).manual_seed(config.seed)
+        trajectories = run_episodes(policy, evaluator, tasks, episode_config, generator=generator)
+        rows += [EvalRow(phase, size, split, task.name,
+                         rollout_metrics([t for t in trajectories if t.task_id == task.name])) for task in tasks]
+        rows.append(EvalRow(phase, size, split, "all", rollout_metrics(trajectories)))
     return rows
 
 
 def format_table(rows: Sequence[EvalRow]) -> str:
-    """A Markdown table, one line per (phase, size, task)."""
-    header = ["phase", "size", "task", *SUMMARY_COLUMNS]
+    """A Markdown table, one line per (phase, size, set) and, for small sets, per task."""
+    tasks_per_set: dict[tuple[str, str, str], int] = {}
+    for row in rows:
+        key = (row.phase, row.size, row.split)
+        tasks_per_set[key] = tasks_per_set.get(key, 0) + (row.task != "all")
+    header = ["phase", "size", "set", "task", "episodes", *SUMMARY_COLUMNS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        cells = [row.phase, row.size, row.task, *(f"{row.metrics[c]:.3f}" for c in SUMMARY_COLUMNS)]
+        if row.task != "all" and tasks_per_set[(row.phase, row.size, row.split)] > PER_TASK_ROWS:
+            continue
+        cells = [row.phase, row.size, row.split, row.task, f"{row.metrics['episodes']:.0f}",
+                 *(f"{row.metrics[c]:.3f}" for c in SUMMARY_COLUMNS)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

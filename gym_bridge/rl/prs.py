@@ -7,10 +7,14 @@ proportion to how little of the CUDA time the candidate's own Triton kernels cov
     p_keep = clip((coverage - τ) / s, 0, 1)      for correct, non-hacked turns,
 
 so coverage ≤ τ is always dropped and coverage ≥ τ + s always kept. Incorrect or hacked turns are always
-kept (they carry the negative signal), and so are turns with unknown coverage (no profiler, e.g. on CPU).
+kept (they carry the negative signal; a decoy kernel is flagged, hence kept, as KernelGYM treats decoys as
+incorrect), and so are turns with unknown coverage (no profiler, e.g. on CPU). A partial kernel (torch compute
+beside a real Triton kernel) is correct and unflagged, so its coverage decides. :func:`band` names why a turn
+was kept or dropped, for the rollout log.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -107,7 +111,23 @@ def profiling_rejection(
         "prs/subject_turns": subject.sum(),
         "prs/unknown_coverage_turns": (valid & torch.isnan(cov)).sum(),
         "prs/rejected_turns": rejected.sum(),
+        "prs/rejected_below_threshold": (rejected & (cov <= config.threshold)).sum(),
+        "prs/rejected_in_ramp": (rejected & (cov > config.threshold)).sum(),
         "prs/rejection_rate": rejected.sum() / n_turns.clamp(min=1),
         "prs/subject_rejection_rate": rejected.sum() / subject.sum().clamp(min=1),
+        "prs/subject_coverage_mean": cov[subject].mean() if subject.any() else torch.tensor(float("nan")),
     }
     return PRSResult(keep=keep, keep_prob=prob, stats=stats)
+
+
+def band(correct: bool, hacked: bool, coverage: float | None, config: PRSConfig = PRSConfig()) -> str:
+    """Why PRS kept or dropped one turn: ``not_subject`` (incorrect or flagged: kept), ``unknown_coverage``
+    (not profiled: kept), ``below_threshold`` (coverage ≤ τ: dropped), ``ramp`` (τ < coverage < τ + s: kept
+    with probability (coverage - τ)/s) or ``above_ramp`` (kept)."""
+    if not correct or hacked:
+        return "not_subject"
+    if coverage is None or math.isnan(coverage):
+        return "unknown_coverage"
+    if coverage <= config.threshold:
+        return "below_threshold"
+    return "ramp" if coverage < config.threshold + config.scale else "above_ramp"

@@ -4,13 +4,12 @@ Turn 0 prompts each trajectory with the task's reference (:func:`episode.first_p
 the previous code and the gym's feedback on it (:func:`episode.next_prompt`). All candidates of a group's
 turn go to the gym in ONE ``Evaluator.submit`` call, so the pool evaluates them in parallel.
 
-A trajectory stops early when its last turn is *done* or *stuck*:
-
-- done: correct, not flagged, and its speedup reaches ``stop_speedup`` (an untimed correct turn, as on
-  CPU, counts as done: nothing more can be measured);
-- stuck: the extracted code is identical to the previous turn's, so the next prompt would be the same.
-
-Trajectories stopped early simply have fewer turns; :func:`episode.stack_turns` masks the rest.
+Every trajectory plays all ``turns`` turns, as KernelGYM's rollout does (its episodes end at the turn limit,
+never on success). With returns summed at γ = 1, stopping early would credit a fast correct first turn with
+less return than a slow one that goes on; played to the end, a trajectory that keeps a correct kernel earns
+its reward every turn. A turn whose extracted code repeats the trajectory's previous turn is not sent to the
+gym again: it takes the previous verdict (deliberate, to spend no gym time on a re-run; KernelGYM would
+re-measure it and differ only by timing noise).
 
 Overlap (``overlap_groups`` > 1): the trajectories are split into that many contiguous groups, and while
 one group's turn is being scored the policy generates another group's turn. Scoring runs in ONE background
@@ -26,7 +25,7 @@ import warnings
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -44,13 +43,12 @@ class RolloutConfig:
     """How the training episodes are sampled.
 
     Args:
-        turns: most turns per trajectory (the reference recipe's MAX_TURN)
+        turns: turns per trajectory, all played (the reference recipe's MAX_TURN)
         samples_per_task: trajectories per task: the group the advantage baseline is taken over
         max_bytes: most reply bytes per turn
         prompt_max_bytes: prompts are cut (in the middle of long sections) to this many bytes; null: not cut
         temperature: sampling temperature
         top_p: nucleus sampling mass
-        stop_speedup: a correct turn at least this fast ends its trajectory
         instructions: what the prompt asks for, after the reference code
         overlap_groups: above 1, generate one group's turn while the gym scores another's (at most one group per
             trajectory)
@@ -62,7 +60,6 @@ class RolloutConfig:
     prompt_max_bytes: int | None = 4096
     temperature: float = 1.0
     top_p: float = 1.0
-    stop_speedup: float = 1.2
     instructions: str = DEFAULT_INSTRUCTIONS
     overlap_groups: int = 1
 
@@ -80,10 +77,10 @@ def turn_from_result(prompt: str, sample: Sample, result: EvalResult) -> Turn:
         reply=sample.text,
         code=extract_code(sample.text),
         reward=result.reward,
-        status=result.status,
         correct=result.correct,
         coverage=result.coverage,
         hacks=tuple(result.hacks),
+        status=result.status,
         feedback=result.feedback(),
         logprobs=torch.tensor(sample.logprobs, dtype=torch.float32),
         tokens=list(sample.tokens),
@@ -92,26 +89,14 @@ def turn_from_result(prompt: str, sample: Sample, result: EvalResult) -> Turn:
     )
 
 
-def is_finished(trajectory: Trajectory, stop_speedup: float) -> bool:
-    """Done (correct and fast enough, or untimed) or stuck (same code as the turn before)."""
-    last = trajectory.turns[-1]
-    if last.correct and not last.hacked and (last.speedup is None or last.speedup >= stop_speedup):
-        return True
-    return len(trajectory.turns) > 1 and last.code is not None and last.code == trajectory.turns[-2].code
-
-
 @dataclass
 class _Group:
     """Trajectories rolled out together: one generate and one submit per turn."""
 
     members: list[int]  # trajectory indices, contiguous
     generator: torch.Generator | None
-    active: list[int] = field(init=False)  # members still playing
     turn: int = 0
     failed: bool = False
-
-    def __post_init__(self) -> None:
-        self.active = list(self.members)
 
 
 def _split(count: int, parts: int) -> list[list[int]]:
@@ -135,7 +120,7 @@ def _score_now(evaluator: Evaluator, candidates: list[Candidate]) -> Future:
     """The sequential schedule: score in this thread, with the same Future interface as the background one."""
     future: Future = Future()
     try:
-        future.set_result(evaluator.submit(candidates))
+        future.set_result(evaluator.submit(candidates) if candidates else [])  # every reply repeated its code
     except Exception as exc:  # noqa: BLE001 - handled where the result is read, as in the overlapped schedule
         future.set_exception(exc)
     return future
@@ -169,10 +154,12 @@ def run_episodes(
     groups = [_Group(members, gen) for members, gen in
               zip(_split(len(trajectories), count), _group_generators(generator, count, policy))]
 
-    def generate(group: _Group) -> tuple[list[str], list[Sample], list[Candidate]]:
+    verdicts: dict[int, EvalResult] = {}  # each trajectory's last verdict, for a turn that repeats its code
+
+    def generate(group: _Group) -> tuple[list[str], list[Sample], list[bool], list[Candidate]]:
         started = time.monotonic()
         prompts = []
-        for i in group.active:
+        for i in group.members:
             traj = trajectories[i]
             if group.turn == 0:
                 prompts.append(first_prompt(traj.task_source, config.instructions, max_bytes=config.prompt_max_bytes))
@@ -181,27 +168,29 @@ def run_episodes(
                                            max_bytes=config.prompt_max_bytes))
         samples = [replies[0] for replies in policy.generate(
             prompts, 1, config.max_bytes, config.temperature, config.top_p, generator=group.generator)]
+        last_code = [trajectories[i].turns[-1].code if group.turn else None for i in group.members]
+        repeats = [code is not None and extract_code(s.text) == code for code, s in zip(last_code, samples)]
         candidates = [Candidate(paths[trajectories[i].task_id], s.text, f"{i}.{group.turn}")
-                      for i, s in zip(group.active, samples)]
+                      for i, s, repeat in zip(group.members, samples, repeats) if not repeat]
         timings["generate_s"] += time.monotonic() - started
-        return prompts, samples, candidates
+        return prompts, samples, repeats, candidates
 
     scorer = ThreadPoolExecutor(1, thread_name_prefix="rollout-scoring") if overlap and count > 1 else None
     ready = deque(groups)  # groups whose next turn can be generated
-    scoring: deque = deque()  # (group, prompts, samples, future), in submission order = completion order
+    scoring: deque = deque()  # (group, prompts, samples, repeats, future), in submission order = completion order
     try:
         while ready or scoring:
             if ready:
                 group = ready.popleft()
-                prompts, samples, candidates = generate(group)
+                prompts, samples, repeats, candidates = generate(group)
                 started = time.monotonic()
-                future = (scorer.submit(evaluator.submit, candidates) if scorer is not None
+                future = (scorer.submit(evaluator.submit, candidates) if scorer is not None and candidates
                           else _score_now(evaluator, candidates))
                 timings["gym_wait_s"] += time.monotonic() - started
-                scoring.append((group, prompts, samples, future))
+                scoring.append((group, prompts, samples, repeats, future))
             # Take in finished scores; wait for the oldest only when there is nothing left to generate.
-            while scoring and (not ready or scoring[0][3].done()):
-                group, prompts, samples, future = scoring.popleft()
+            while scoring and (not ready or scoring[0][-1].done()):
+                group, prompts, samples, repeats, future = scoring.popleft()
                 started = time.monotonic()
                 try:
                     results = future.result()
@@ -214,11 +203,12 @@ def run_episodes(
                     continue
                 finally:
                     timings["gym_wait_s"] += time.monotonic() - started
-                for i, prompt, sample, result in zip(group.active, prompts, samples, results):
-                    trajectories[i].turns.append(turn_from_result(prompt, sample, result))
-                group.active = [i for i in group.active if not is_finished(trajectories[i], config.stop_speedup)]
+                fresh = iter(results)
+                for i, prompt, sample, repeat in zip(group.members, prompts, samples, repeats):
+                    verdicts[i] = verdicts[i] if repeat else next(fresh)
+                    trajectories[i].turns.append(turn_from_result(prompt, sample, verdicts[i]))
                 group.turn += 1
-                if group.active and group.turn < config.turns:
+                if group.turn < config.turns:
                     ready.append(group)
     finally:
         if scorer is not None:

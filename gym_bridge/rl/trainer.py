@@ -19,7 +19,6 @@ import csv
 import json
 import math
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,17 +35,17 @@ from ..policy import ByteLMPolicy
 from ..result import mean_stages
 from ..tasks import Task
 from .advantages import get_estimator
-from .episode import Trajectory, stack_turns
+from .episode import Trajectory, Turn, stack_turns
 from .loss import PolicyLossConfig, policy_loss
 from .mismatch import MismatchConfig, correct_mismatch
-from .prs import PRSConfig, profiling_rejection
+from .prs import PRSConfig, band, profiling_rejection
 from .returns import reward_to_go
 from .rollout import RolloutConfig, run_episodes
 
 FAST_THRESHOLDS = (1.0, 1.2)
 METRIC_COLUMNS = (
-    "step", "reward/mean", "reward/turn0", "reward/final", "correct/turn0", "correct/final", "fast@1", "fast@1.2",
-    "coverage/mean", "hack_rate", "turns/mean", "prs/rejection_rate", "mismatch/rejection_rate", "loss/total",
+    "step", "reward/mean", "reward/turn0", "reward/final", "correct/turn0", "correct/any", "fast@1.2/turn0",
+    "fast@1.2/best", "coverage/mean", "hack_rate", "prs/rejection_rate", "mismatch/rejection_rate", "loss/total",
     "loss/entropy", "loss/approx_kl", "grad_norm", "time/rollout_s", "time/generate_s", "time/gym_wait_s",
     "time/update_s",
 )
@@ -58,6 +57,7 @@ class AlgorithmConfig:
 
     Args:
         estimator: the advantage estimator: trloo, grpo or rloo (any registered one)
+        estimator_options: keyword arguments of the estimator, e.g. grpo's {"std_normalize": true}
         gamma: reward-to-go discount over turns
         lr: AdamW learning rate
         weight_decay: AdamW weight decay
@@ -70,6 +70,7 @@ class AlgorithmConfig:
     """
 
     estimator: str = "trloo"
+    estimator_options: dict[str, Any] = field(default_factory=dict)
     gamma: float = 1.0
     lr: float = 1e-6
     weight_decay: float = 0.0
@@ -81,7 +82,12 @@ class AlgorithmConfig:
     mismatch: MismatchConfig = field(default_factory=MismatchConfig)
 
     def __post_init__(self) -> None:
-        get_estimator(self.estimator)  # unknown names fail here, with the known ones listed
+        estimator = get_estimator(self.estimator)  # unknown names fail here, with the known ones listed
+        try:  # an option the estimator does not take fails here too, not at the first step
+            estimator(torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, dtype=torch.long),
+                      **self.estimator_options)
+        except TypeError as err:
+            raise ValueError(f"algorithm.estimator_options: {self.estimator} refuses {self.estimator_options} ({err})") from None
         if self.lr <= 0 or self.grad_clip <= 0 or self.updates_per_step < 1 or self.micro_batch < 1:
             raise ValueError("algorithm: need lr > 0, grad_clip > 0, updates_per_step >= 1 and micro_batch >= 1")
 
@@ -96,6 +102,7 @@ class RLBatch:
     advantages: torch.Tensor  # (B,)
     traj_ids: torch.Tensor  # (B,)
     stats: dict[str, float]
+    prs_verdicts: dict[tuple[int, int], dict] = field(default_factory=dict)  # (trajectory, turn): PRS's record
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -106,31 +113,38 @@ def _pad(rows: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Reward, correctness, fast@p (final turn, correct and speedup > p; untimed counts as not fast),
-    coverage, hack rate, episode length, and how many turns got each gym verdict (`verdicts/<status>`: why a
-    reward is 0, e.g. no_code for a reply without a code block)."""
+    """Per episode: reward, correct at turn 0 / at any turn / at the last turn, fast@p at turn 0 and at its best
+    turn (correct, unflagged and speedup > p; an untimed turn is never fast). Per turn: coverage, hack rate, and
+    the gym's verdict counts (``verdict/<status>``: why a reward is 0, e.g. no_code for a reply without a code block;
+    ``hack/<kind>`` by the part of a hack's name before ':')."""
     turns = [t for traj in trajectories for t in traj.turns]
-    finals = [traj.turns[-1] for traj in trajectories]
-    firsts = [traj.turns[0] for traj in trajectories]
     covered = [t.coverage for t in turns if t.coverage is not None]
 
     def mean(values: Sequence[float]) -> float:
         return sum(values) / len(values) if values else math.nan
 
+    def fast(turn: Turn, p: float) -> bool:
+        return turn.correct and not turn.hacked and turn.speedup is not None and turn.speedup > p
+
     metrics = {
+        "episodes": float(len(trajectories)),
         "reward/mean": mean([t.reward for t in turns]),
-        "reward/turn0": mean([t.reward for t in firsts]),
-        "reward/final": mean([t.reward for t in finals]),
-        "correct/turn0": mean([float(t.correct) for t in firsts]),
-        "correct/final": mean([float(t.correct) for t in finals]),
+        "reward/turn0": mean([traj.turns[0].reward for traj in trajectories]),
+        "reward/final": mean([traj.turns[-1].reward for traj in trajectories]),
+        "correct/turn0": mean([float(traj.turns[0].correct) for traj in trajectories]),
+        "correct/any": mean([float(any(t.correct for t in traj.turns)) for traj in trajectories]),
+        "correct/final": mean([float(traj.turns[-1].correct) for traj in trajectories]),
         "coverage/mean": mean(covered),
         "hack_rate": mean([float(t.hacked) for t in turns]),
-        "turns/mean": mean([len(traj.turns) for traj in trajectories]),
     }
     for p in FAST_THRESHOLDS:
-        fast = [float(t.correct and not t.hacked and t.speedup is not None and t.speedup > p) for t in finals]
-        metrics[f"fast@{p:g}"] = mean(fast)
-    metrics |= {f"verdicts/{status}": count for status, count in Counter(t.status for t in turns).most_common()}
+        metrics[f"fast@{p:g}/turn0"] = mean([float(fast(traj.turns[0], p)) for traj in trajectories])
+        metrics[f"fast@{p:g}/best"] = mean([float(any(fast(t, p) for t in traj.turns)) for traj in trajectories])
+    for turn in turns:
+        metrics[f"verdict/{turn.status}"] = metrics.get(f"verdict/{turn.status}", 0.0) + 1
+        for hack in turn.hacks:
+            kind = f"hack/{hack.split(':', 1)[0]}"
+            metrics[kind] = metrics.get(kind, 0.0) + 1
     return metrics
 
 
@@ -140,14 +154,18 @@ def make_batch(
     """Returns, advantages and PRS over the turns; one row per kept turn."""
     turns = stack_turns(trajectories)
     returns = reward_to_go(turns.rewards, turns.turn_mask, config.gamma)
-    advantages = get_estimator(config.estimator)(returns, turns.turn_mask, turns.group_ids)
+    advantages = get_estimator(config.estimator)(returns, turns.turn_mask, turns.group_ids, **config.estimator_options)
     stats: dict[str, float] = {"advantage/abs_mean": float(advantages[turns.turn_mask].abs().mean())}
-    keep = turns.turn_mask
+    keep, verdicts = turns.turn_mask, {}
     if config.prs is not None:
         prs = profiling_rejection(turns.correct, turns.hacked, turns.coverage, turn_mask=turns.turn_mask,
                                   config=config.prs, generator=generator)
         keep = prs.keep
         stats.update({k: float(v) for k, v in prs.stats.items()})
+        verdicts = {(i, t): {"kept": bool(keep[i, t]), "keep_prob": float(prs.keep_prob[i, t]),
+                             "band": band(turn.correct, turn.hacked, turn.coverage, config.prs),
+                             "coverage": turn.coverage, "threshold": config.prs.threshold}
+                    for i, traj in enumerate(trajectories) for t, turn in enumerate(traj.turns)}
     rows = [(i, t) for i, traj in enumerate(trajectories) for t in range(len(traj.turns)) if keep[i, t]]
     for i, t in rows:
         turn = trajectories[i].turns[t]
@@ -160,6 +178,7 @@ def make_batch(
         advantages=torch.tensor([float(advantages[i, t]) for i, t in rows], dtype=torch.float32),
         traj_ids=torch.tensor([i for i, _ in rows], dtype=torch.long),
         stats=stats,
+        prs_verdicts=verdicts,
     )
 
 
@@ -263,9 +282,11 @@ class MetricsLog:
             else:
                 self.csv.unlink()  # the next write starts it again with its header
 
-    def write_turns(self, step: int, trajectories: Sequence[Trajectory], mismatch: dict[int, dict]) -> None:
-        """One JSON line per scored turn: the reply, what the gym said of it, and the update's mismatch verdict on
-        its trajectory (null where PRS kept none of its turns)."""
+    def write_turns(self, step: int, trajectories: Sequence[Trajectory], mismatch: dict[int, dict],
+                    prs: dict[tuple[int, int], dict]) -> None:
+        """One JSON line per scored turn: the reply, what the gym said of the kernel in it, PRS's verdict on the
+        turn and why (band, coverage, threshold; null with PRS off), and the update's mismatch verdict on its
+        trajectory (null where PRS kept none of its turns)."""
         with self.rollouts.open("a") as fh:
             for i, traj in enumerate(trajectories):
                 for t, turn in enumerate(traj.turns):
@@ -273,7 +294,8 @@ class MetricsLog:
                         "step": step, "task": traj.task_id, "episode": i, "turn": t, "reward": turn.reward,
                         "status": turn.status, "correct": turn.correct, "speedup": turn.speedup,
                         "coverage": turn.coverage, "hacks": list(turn.hacks), "feedback": turn.feedback,
-                        "stage_s": turn.stage_s, "mismatch": mismatch.get(i), "reply": turn.reply,
+                        "stage_s": turn.stage_s, "prs": prs.get((i, t)), "mismatch": mismatch.get(i),
+                        "reply": turn.reply,
                     }) + "\n")
 
     def write(self, metrics: dict[str, Any]) -> None:
@@ -287,12 +309,13 @@ class MetricsLog:
             if new:
                 writer.writerow(METRIC_COLUMNS)
             writer.writerow([_fmt(metrics.get(c)) for c in METRIC_COLUMNS])
-        shown = ("reward/mean", "correct/turn0", "correct/final", "fast@1.2", "prs/rejection_rate",
+        shown = ("reward/mean", "correct/turn0", "correct/any", "fast@1.2/best", "prs/rejection_rate",
                  "mismatch/rejection_rate", "loss/total", "loss/entropy", "time/generate_s", "time/gym_wait_s")
         print(f"step {metrics['step']:>4}  " + "  ".join(f"{k} {_fmt(metrics.get(k))}" for k in shown), flush=True)
-        verdicts = {k.removeprefix("verdicts/"): v for k, v in metrics.items() if k.startswith("verdicts/")}
+        verdicts = {k.removeprefix("verdict/"): v for k, v in metrics.items() if k.startswith("verdict/")}
         if verdicts:  # why the rewards are what they are, without opening rollouts.jsonl
-            print("           turns: " + ", ".join(f"{count} {status}" for status, count in verdicts.items()), flush=True)
+            most = sorted(verdicts.items(), key=lambda item: -item[1])
+            print("           turns: " + ", ".join(f"{count:.0f} {status}" for status, count in most), flush=True)
 
 
 def _fmt(value: Any) -> str:
@@ -398,7 +421,7 @@ class RLTrainer:
                    **{f"gym_s/{k}": v for k, v in mean_stages(t.stage_s for tr in trajectories for t in tr.turns).items()},
                    "time/update_s": time.monotonic() - rolled}
         self.log.write(metrics)
-        self.log.write_turns(self.step, trajectories, self.updater.mismatch_verdicts)
+        self.log.write_turns(self.step, trajectories, self.updater.mismatch_verdicts, batch.prs_verdicts)
         return metrics
 
     def fit(self, steps: int, deadline: float | None = None) -> list[dict[str, float]]:

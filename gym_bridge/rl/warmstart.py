@@ -1,11 +1,17 @@
-"""Supervised warm start: a kernel corpus built from the shipped solutions, and training on it.
+"""Supervised warm start: a kernel corpus built from the train tasks' solutions, and training on it.
 
 A small policy cannot write Triton from scratch, so RL starts from a model that has seen kernels for the
-train tasks. The corpus holds, per task, the shipped solution and mechanical variants of it:
+train tasks. The corpus holds, per task, its solution and variants of it:
 
-- *correct* variants: other block sizes and ``num_warps`` values (kept only if the gym finds them correct);
-- *broken* variants: a dropped store mask, an off-by-one offset, a wrong op (kept only if the gym finds
-  them incorrect or failing, never flagged), each with the gym's real feedback.
+- *correct* variants of a shipped solution: other block sizes and ``num_warps`` values (kept only if the gym
+  finds them correct);
+- *broken* variants, kept only if the gym finds them incorrect or failing (never flagged), each with the gym's
+  real feedback: for a generated task (``proxycomp gym generate``) the family's own (a wrong op, a missing op, a
+  launch error), for a shipped one mechanical rewrites (a dropped store mask, an off-by-one offset, a wrong op).
+
+A generated family has thousands of train tasks; ``label_tasks`` bounds how many go through the gym (their
+variants and fix examples), the others give their solution alone, unjudged (the family's tests run samples of
+its solutions through the gym).
 
 Examples are (prompt, reply) pairs in the episode format: first-turn examples (reference -> code) and fix
 examples (reference + broken code + its feedback -> the correct code it was broken from), like cold-start
@@ -29,11 +35,12 @@ from proxycomp.files import write_atomic
 from ..config import Candidate
 from ..evaluator import Evaluator
 from ..policy import Policy
+from .. import task_family
 from ..tasks import Task
 from .episode import DEFAULT_INSTRUCTIONS, Trajectory, Turn, first_prompt, next_prompt
 
 CORRECT_KINDS = ("solution", "block", "num_warps")
-BROKEN_KINDS = ("dropped_mask", "wrong_offset", "wrong_op")
+BROKEN_KINDS = tuple(dict.fromkeys(("dropped_mask", "wrong_offset", "wrong_op", *task_family.BROKEN_KINDS)))
 
 _BLOCK_CONST = re.compile(r"^(BLOCK\w*) = (\d+)$", re.M)
 _NUM_WARPS = re.compile(r"num_warps=(\d+)")
@@ -81,6 +88,8 @@ class WarmStartConfig:
         lr: AdamW learning rate
         weight_decay: AdamW weight decay
         grad_clip: gradient norm clip
+        label_tasks: train tasks whose variants the gym judges (the first N); the rest give their solution alone;
+            null: every train task
         fix_share: share of fix examples (broken code and its feedback -> the correct code) in a batch
         first_turn_broken_share: share of broken code among the first-turn replies
         log_every: print the mean loss every this many steps
@@ -92,6 +101,7 @@ class WarmStartConfig:
     lr: float = 1e-3
     weight_decay: float = 0.0
     grad_clip: float = 1.0
+    label_tasks: int | None = None
     fix_share: float = 0.4
     first_turn_broken_share: float = 0.0
     log_every: int = 10
@@ -100,6 +110,8 @@ class WarmStartConfig:
     def __post_init__(self) -> None:
         if self.steps < 0 or self.batch_size < 1 or self.lr <= 0 or self.log_every < 1 or self.save_every < 1:
             raise UserError("warmstart: need steps >= 0, batch_size >= 1, lr > 0, log_every >= 1 and save_every >= 1")
+        if self.label_tasks is not None and self.label_tasks < 0:
+            raise UserError(f"warmstart.label_tasks: must be >= 0 (or null for all), got {self.label_tasks}")
         for name in ("fix_share", "first_turn_broken_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise UserError(f"warmstart.{name}: must be in [0, 1], got {getattr(self, name)}")
@@ -136,30 +148,45 @@ def code_variants(task: str, solution: str) -> list[Variant]:
     return variants
 
 
-def build_corpus(tasks: Sequence[Task], evaluator: Evaluator) -> list[Variant]:
-    """Variants of each task's shipped solution, labelled by the gym in one batch.
+def _solution(task: Task) -> str:
+    if task.solution_path is None:
+        raise UserError(f"warm start: task {task.name!r} has no solution; pick train tasks that do")
+    return task.solution_path.read_text()
+
+
+def task_variants(task: Task) -> list[Variant]:
+    """A task's solution and its variants: a generated family's broken variants where the task has them, else the
+    rewrite rules of :func:`code_variants` (unchecked: the gym decides)."""
+    solution = _solution(task)
+    generated = task_family.read_broken(task.path)
+    if not generated:
+        return code_variants(task.name, solution)
+    return [Variant(task.name, "solution", solution, solution),
+            *(Variant(task.name, kind, code, solution) for kind, code in generated.items())]
+
+
+def build_corpus(tasks: Sequence[Task], evaluator: Evaluator, label_tasks: int | None = None) -> list[Variant]:
+    """Variants of the first ``label_tasks`` tasks (all with None), labelled by the gym in one batch, and the solution
+    alone of every other task.
 
     Correct kinds are kept when the gym finds them correct, broken kinds when it finds them incorrect or
-    failing without a hacking verdict. A shipped solution the gym rejects is an error (the corpus would
-    teach wrong code).
+    failing without a hacking verdict. A solution the gym rejects is an error (the corpus would teach wrong code).
     """
-    variants = []
-    for task in tasks:
-        if task.solution_path is None:
-            raise UserError(f"warm start: task {task.name!r} has no shipped solution; pick train tasks that do")
-        variants += code_variants(task.name, task.solution_path.read_text())
-    paths = {task.name: str(task.path) for task in tasks}
+    labelled = list(tasks) if label_tasks is None else list(tasks)[:label_tasks]
+    variants = [v for task in labelled for v in task_variants(task)]
+    paths = {task.name: str(task.path) for task in labelled}
     results = evaluator.submit([Candidate(paths[v.task], v.code, f"{v.task}:{v.kind}:{i}")
-                                for i, v in enumerate(variants)])
+                                for i, v in enumerate(variants)]) if variants else []
     kept = []
     for variant, result in zip(variants, results):
         variant.status, variant.feedback = result.status, result.feedback()
         if variant.kind == "solution" and not result.correct:
-            raise RuntimeError(f"warm start: the shipped solution of {variant.task!r} fails in the gym "
+            raise RuntimeError(f"warm start: the solution of {variant.task!r} fails in the gym "
                                f"({result.status}: {result.reason}); fix the solution or drop the task")
         if result.correct != variant.broken and not result.hacks:
             kept.append(variant)
-    return kept
+    solutions = [(task.name, _solution(task)) for task in list(tasks)[len(labelled):]]
+    return kept + [Variant(name, "solution", code, code) for name, code in solutions]
 
 
 def save_corpus(variants: Sequence[Variant], path: Path) -> None:

@@ -1,22 +1,30 @@
-"""The shipped gym tasks (KernelBench format plus per-size shapes) and loading of a user's task file.
+"""The shipped gym tasks (KernelBench format plus per-size shapes), a user's task file, and task sets.
 
 A task file defines `class Model(nn.Module)`, `get_inputs(size="gpu")` and `get_init_inputs(size="gpu")`,
 plus the module constants `CATEGORY` and `SIZES` (keys "cpu", "gpu", "gpu_heldout"). A plain KernelBench file
 without those constants also loads: its category is "custom" and its sizes are empty, meaning
 `get_inputs()` takes no size argument. Files are read with `ast`, never imported here, so listing the
 tasks stays cheap and a broken task cannot run code at listing time.
+
+A task set is a folder of task files (a KernelBench level folder, or any folder of such files). An optional
+`splits.json` beside them names disjoint splits by task stem, e.g. {"train": [...], "heldout": [...]}: RL trains on
+one split and is evaluated on another. Solutions, where a set has them, sit in a `solutions` folder beside the task
+folder, one `<stem>.py` each (the layout of the shipped tasks and of `proxycomp gym generate`).
 """
 from __future__ import annotations
 
 import ast
 import difflib
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from proxycomp.errors import UserError
 
-TASKS_DIR = Path(__file__).resolve().parent
-SOLUTIONS_DIR = TASKS_DIR.parent / "solutions"
+TASKS_DIR = Path(str(resources.files(__name__)))
+SOLUTIONS_DIR = Path(str(resources.files("proxycomp.gym_bridge.solutions")))
+SPLITS_FILE = "splits.json"
 CATEGORIES = ("elementwise", "reduction", "norm", "loss", "scan", "matmul_fusion", "conv_pool")
 SIZE_NAMES = ("cpu", "gpu", "gpu_heldout")
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
@@ -41,10 +49,10 @@ class Task:
 
     @property
     def solution_path(self) -> Path | None:
-        """The shipped reference Triton solution, for shipped tasks that have one."""
-        if self.path.parent != TASKS_DIR:
-            return None
-        path = SOLUTIONS_DIR / f"{self.name}.py"
+        """The reference Triton solution, `<stem>.py` in the `solutions` folder beside the task's folder: a shipped
+        task's, or a generated family's (`proxycomp gym generate`); None where there is none."""
+        folder = SOLUTIONS_DIR if self.path.parent == TASKS_DIR else self.path.parent.parent / "solutions"
+        path = folder / f"{self.name}.py"
         return path if path.is_file() else None
 
 
@@ -118,3 +126,54 @@ def load_task(name_or_path: str | Path) -> Task:
     close = difflib.get_close_matches(text, shipped, n=3, cutoff=0.5)
     hint = f"close matches: {', '.join(close)}" if close else f"shipped tasks: {', '.join(shipped)}"
     raise TaskError(f"unknown task {text!r}; {hint} (or pass a path to a task .py file)")
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    """The task files of one folder, by stem, and its named splits (every task is in "all")."""
+
+    root: Path
+    tasks: dict[str, Task]
+    splits: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def split(self, name: str) -> list[Task]:
+        """The tasks of split `name` ("all": every task), in file-name order."""
+        if name == "all":
+            return list(self.tasks.values())
+        if name not in self.splits:
+            known = ", ".join(["all", *self.splits])
+            raise TaskError(f"task set {self.root} has no split {name!r}; its splits: {known} ({SPLITS_FILE})")
+        return [self.tasks[stem] for stem in self.splits[name]]
+
+
+def load_task_set(folder: str | Path) -> TaskSet:
+    """Every task file in `folder` (not recursive) and the splits of its `splits.json`, checked: a split names only
+    tasks of the folder, and no task is in two splits."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise TaskError(f"task set {root} is not a folder of KernelBench-format task files")
+    tasks = {p.stem: _parse_task(p) for p in sorted(root.glob("*.py")) if p.name != "__init__.py"}
+    if not tasks:
+        raise TaskError(f"task set {root} holds no .py task file")
+    splits: dict[str, tuple[str, ...]] = {}
+    path = root / SPLITS_FILE
+    if path.is_file():
+        try:
+            raw = json.loads(path.read_text())
+        except ValueError as err:
+            raise TaskError(f"{path}: not valid JSON ({err})") from None
+        if not isinstance(raw, dict) or not all(isinstance(v, list) for v in raw.values()):
+            raise TaskError(f"{path}: expected {{split name: [task stems]}}")
+        seen: dict[str, str] = {}
+        for name, stems in raw.items():
+            unknown = [s for s in stems if s not in tasks]
+            if unknown or name == "all":
+                what = f"names tasks that are not in the folder: {', '.join(map(str, unknown[:5]))}" if unknown \
+                    else "'all' is every task; choose another split name"
+                raise TaskError(f"{path}: split {name!r} {what}")
+            for stem in stems:
+                if stem in seen:
+                    raise TaskError(f"{path}: task {stem!r} is in both {seen[stem]!r} and {name!r}")
+                seen[stem] = name
+            splits[name] = tuple(stems)
+    return TaskSet(root.resolve(), tasks, splits)

@@ -1,7 +1,10 @@
-"""Data pipeline throughput per view: MB/s of raw input per CPU core and symbols/s, encode + pack.
+"""Data pipeline throughput per view: MB/s of raw input per CPU core and symbols/s, encode + pack; and what the
+batches hold.
 
 Each view runs alone (r = 1, or raw only) through the real `TrainStream` in this process, one pass over
-the same documents, timed by process CPU time so the figure is per core even on a busy machine.
+the same documents, timed by process CPU time so the figure is per core even on a busy machine. Then the first
+batches of the paper schedule with spm (its paired warmup) are read for distinct documents per batch and the share
+of rows that hold a whole pair (`TrainStream.report`, the figures of the data manifest).
 
     python tools/bench_data.py [--max_documents 400] [--record]
 """
@@ -55,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--zstd_level", type=int, default=3, help="zstd compression level")
     p.add_argument("--brotli_quality", type=int, default=5, help="brotli quality")
     p.add_argument("--seq_len", type=int, default=2048, help="symbols per packed window")
+    p.add_argument("--batch_size", type=int, default=32, help="rows of the batches whose contents are reported")
+    p.add_argument("--report_batches", type=int, default=8, help="batches the contents are averaged over")
     p.add_argument("--device_note", default="this machine", help="what to call the machine in BENCHMARKS.md")
     p.add_argument("--record", action="store_true", help="append a dated block to BENCHMARKS.md")
     add_benchmarks_option(p, BENCHMARKS)
@@ -68,9 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     spm_model = train_spm(docs, args.spm_vocab_size, args.spm_train_bytes)
     spm_train_s = time.perf_counter() - t
     rows = [measure(view, docs, config, spm_model, args.seq_len) for view in config.names]
+    warmup = TrainStream(docs, dataclasses.replace(config, names=("raw", "spm")), spm_model,
+                         MixingSchedule("paper", total_steps=100 * args.report_batches), args.seq_len,
+                         args.batch_size, seed=0).report(args.report_batches)
     summary = (f"{len(docs)} python-sources train documents, {sum(map(len, docs)) / 1e6:.1f} MB; seq_len "
                f"{args.seq_len}; zstd level {args.zstd_level}, brotli quality {args.brotli_quality}, spm vocab "
-               f"{args.spm_vocab_size} (trained in {spm_train_s:.1f} s wall on {os.cpu_count()} cores)")
+               f"{args.spm_vocab_size} (trained in {spm_train_s:.1f} s wall on {os.cpu_count()} cores). First "
+               f"{args.report_batches} batches of {args.batch_size} rows, paper schedule with spm (paired warmup): "
+               f"{warmup['documents_per_batch']:.1f} distinct documents per batch, "
+               f"{warmup['paired_row_share']:.0%} of rows hold a whole pair")
     print(summary)
     print(table(rows))
     if args.record:

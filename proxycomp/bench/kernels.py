@@ -4,8 +4,12 @@ Attention: TFLOP/s (FA convention: fwd 4*B*H*S^2*D, halved when causal; bwd 2.5x
 flash and cuDNN backends and flash-attn when importable. Document-masked runs (8 documents per
 sequence, boundaries fixed by --seed): ours with block skipping, ours computing every causal block, and
 SDPA with a dense boolean mask. Embedding fused with RMSNorm: forward+backward time beside torch's two ops.
+Flex (`--parts flex`): document-masked fwd+bwd of ours beside FlexAttention (compiled, its block mask made from
+the same document ids) at 1, 8, 32 and 128 documents per row and on the spm proxy stream's windows, and cuDNN's
+full causal attention at 1 document; host-launched and as CUDA graphs (GPU time only); effective TFLOP/s count
+only the same-document causal pairs.
 
-    python tools/bench_kernels.py --out bench.json [--record] [--parts attention,embedding,sweep]
+    python tools/bench_kernels.py --out bench.json [--record] [--parts attention,embedding,flex,sweep]
 
 Each configuration is checked against SDPA (or torch) once before it is timed.
 """
@@ -18,6 +22,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 import triton
@@ -26,11 +31,16 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from proxycomp.benchmarks import add_benchmarks_option, append_block
 from proxycomp.kernels.attention import AttentionConfig, default_config, document_bounds, flash_attention
 from proxycomp.kernels.embedding import embedding_rmsnorm
+from proxycomp.kernels.reference import document_runs
 
 ATTENTION_SHAPES = [(8, 16, 2048, 64), (4, 16, 4096, 128), (2, 16, 8192, 128)]
 EMBEDDING_CASES = [(65536, 1024, 260), (65536, 1024, 8512)]
 DOCS_PER_SEQUENCE = 8
-PARTS = ("attention", "embedding", "sweep")  # --parts
+# The flex part: the d768 model's attention shape (head size 64) and the D=128 shape of the attention table, both
+# at the models' context, so the spm stream's windows fit either.
+FLEX_SHAPES = [(8, 12, 4096, 64), (4, 16, 4096, 128)]
+FLEX_DOCS = (1, 8, 32, 128, "spm")  # documents per row, or the spm proxy stream's windows
+PARTS = ("attention", "embedding", "flex", "sweep")  # --parts
 BENCHMARKS_MD = Path("BENCHMARKS.md")  # --benchmarks' default
 
 
@@ -99,11 +109,12 @@ def check_grads(fn, ref_fn, q, k, v, grad_out, tol=3e-2) -> float:
     return worst
 
 
-def random_doc_ids(batch, seq, gen) -> torch.Tensor:
-    cuts = torch.stack([torch.randperm(seq - 1, generator=gen)[: DOCS_PER_SEQUENCE - 1] + 1 for _ in range(batch)])
+def random_doc_ids(batch, seq, gen, docs: int = DOCS_PER_SEQUENCE, device: str = "cuda") -> torch.Tensor:
+    """`docs` documents per row, cut at uniformly random positions."""
+    cuts = torch.stack([torch.randperm(seq - 1, generator=gen)[: docs - 1] + 1 for _ in range(batch)])
     marks = torch.zeros(batch, seq, dtype=torch.int64)
     marks.scatter_(1, cuts, 1)
-    return marks.cumsum(1).cuda()
+    return marks.cumsum(1).to(device)
 
 
 def bench_attention(results: list, gen_cpu, gen_cuda) -> None:
@@ -173,6 +184,123 @@ def bench_embedding(results: list, gen_cuda) -> None:
             print(f"emb+norm {name:13s} V={vocab}: fwd+bwd {ms:.3f} ms (incl. the same loss ops)", flush=True)
 
 
+def causal_pairs(doc_ids: torch.Tensor) -> int:
+    """Same-document (query, key) pairs with the key at or before the query: the work the effective FLOPs count."""
+    pairs = 0
+    for row in document_runs(doc_ids.cpu()):
+        lengths = torch.unique_consecutive(row, return_counts=True)[1]
+        pairs += int((lengths * (lengths + 1) // 2).sum())
+    return pairs
+
+
+def spm_doc_ids(preset_name: str, seq: int, rows: int, seed: int) -> torch.Tensor:
+    """(rows, seq) document ids of the first window batch `bench_train --windows spm` trains on: the spm proxy
+    recipe's stream past its warmup, over the same corpus and seed."""
+    from proxycomp.bench import train
+
+    preset = train.PRESETS[preset_name]
+    corpus = train.load_corpus(train.CorpusConfig(max_documents=preset.data_documents), seed=seed)
+    docs = [d.data for d in corpus.train]
+    size = dataclasses.replace(preset.models[0], seq_len=seq, batch_size=rows)
+    spm_model = train.train_spm(docs, preset.spm_vocab_size)
+    work = train.workload("spm", size, docs, np.array([len(d) for d in docs]), spm_model, preset, seed)
+    return work.batches[0]["doc_ids"]
+
+
+def time_graph(fn, q, k, v, grad_out) -> float | None:
+    """Median GPU ms of one fwd+bwd replayed as a CUDA graph: no host launch cost, which the host-launched timing
+    of short, cheap rows measures instead. None when the step cannot be captured."""
+    def step():
+        for t in (q, k, v):
+            t.grad = None
+        fn(q, k, v).backward(grad_out)
+    try:
+        return triton.testing.do_bench_cudagraph(step, rep=100, return_mode="median")
+    except Exception as exc:  # one impl failing to capture must not cost the rest of the device call
+        print(f"  CUDA graph capture failed: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+        return None
+
+
+def bench_flex(results: list, gen_cpu, gen_cuda, spm_rows: torch.Tensor | None) -> None:
+    """Document-masked fwd+bwd: ours (and ours with every tile in the big blocks), FlexAttention with a block mask of
+    the same documents, and cuDNN's causal attention at 1 document; each checked against Flex before it is timed."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    flex = torch.compile(flex_attention, dynamic=False)
+    for batch, heads, seq, dim in FLEX_SHAPES:
+        q, k, v = make_qkv(batch, heads, seq, dim, gen_cuda)
+        grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen_cuda)
+        single = dataclasses.replace(default_config(dim, q.device), short_span=0)
+        # One mask function per shape reading this buffer: new documents are new data, not a recompile.
+        runs = torch.zeros(batch, seq, dtype=torch.int64, device="cuda")
+
+        def same_doc_causal(b, h, q_idx, kv_idx):
+            return (runs[b, q_idx] == runs[b, kv_idx]) & (kv_idx <= q_idx)
+
+        for docs in FLEX_DOCS if spm_rows is not None else FLEX_DOCS[:-1]:
+            doc_ids = spm_rows[:batch].cuda() if docs == "spm" else random_doc_ids(batch, seq, gen_cpu, docs)
+            runs.copy_(document_runs(doc_ids))
+            block_mask = create_block_mask(same_doc_causal, batch, None, seq, seq, device="cuda")
+            bounds = document_bounds(doc_ids)
+            impls = {"ours": lambda q, k, v: flash_attention(q, k, v, doc_bounds=bounds),
+                     "ours_single": lambda q, k, v: flash_attention(q, k, v, doc_bounds=bounds, config=single),
+                     "flex": lambda q, k, v: flex(q, k, v, block_mask=block_mask)}
+            if docs == 1:
+                impls["cudnn_causal"] = sdpa(SDPBackend.CUDNN_ATTENTION)
+            pairs = causal_pairs(doc_ids)
+            flops = 3.5 * 4.0 * heads * dim * pairs
+            per_row = runs[:, -1].float().mean().item()  # runs count from 1 in each row
+            for name, fn in impls.items():
+                err = check_grads(fn, impls["ours" if name == "flex" else "flex"], q, k, v, grad_out)
+                host = time_one(False, fn, q, k, v, grad_out)
+                graph = time_graph(fn, q, k, v, grad_out)
+                results.append(dict(kind="flex", impl=name, B=batch, H=heads, S=seq, D=dim, docs=docs,
+                                    docs_per_row=per_row, kept=pairs / (batch * seq * (seq + 1) / 2), rel_err=err,
+                                    host_ms=host, graph_ms=graph, host_tflops=flops / host * 1e-9,
+                                    graph_tflops=None if graph is None else flops / graph * 1e-9))
+                print(f"flex {name:12s} {batch},{heads},{seq},{dim} docs={docs}: fwd+bwd {host:.3f} ms host, "
+                      f"{'n/a' if graph is None else f'{graph:.3f}'} ms graph (err {err:.1e})", flush=True)
+            del block_mask
+
+
+def flex_summary(results: list) -> tuple[list[str], dict]:
+    """One line per (shape, documents): fwd+bwd ms host-launched | as a CUDA graph per impl, the effective TFLOP/s
+    of ours and Flex from the graph time, and Flex's time over ours (x faster than Flex)."""
+    rows, ratios = [], {}
+    flex = [r for r in results if r["kind"] == "flex"]
+    if not flex:
+        return rows, ratios
+    impls = ("ours", "ours_single", "flex", "cudnn_causal")
+    rows.append("flex part: fwd+bwd ms host-launched|CUDA graph; effective TFLOP/s (same-document causal pairs) "
+                "from graph times")
+    rows.append(f"{'(B,H,S,D)':18s} {'docs':>4s} {'/row':>5s} {'kept':>5s} " + " ".join(f"{i:>13s}" for i in impls) +
+                f" {'eff ours/flex':>13s} {'flex/ours h|g':>13s}")
+
+    def ms(r):
+        if r is None:
+            return "-"
+        return f"{r['host_ms']:.2f}|" + ("n/a" if r["graph_ms"] is None else f"{r['graph_ms']:.2f}")
+
+    def ratio(slow, fast, key):
+        return None if slow[key] is None or fast[key] is None else slow[key] / fast[key]
+
+    cases = dict.fromkeys((r["B"], r["H"], r["S"], r["D"], r["docs"]) for r in flex)
+    for case in cases:
+        by = {r["impl"]: r for r in flex if (r["B"], r["H"], r["S"], r["D"], r["docs"]) == case}
+        ours, other = by["ours"], by["flex"]
+        eff = "/".join("n/a" if r["graph_tflops"] is None else f"{r['graph_tflops']:.0f}" for r in (ours, other))
+        versus = [ratio(other, ours, key) for key in ("host_ms", "graph_ms")]
+        name = f"D{case[3]}_docs{case[4]}"
+        ratios[f"{name}_vs_flex_host"], ratios[f"{name}_vs_flex_graph"] = versus
+        ratios[f"{name}_vs_single_graph"] = ratio(by["ours_single"], ours, "graph_ms")
+        if "cudnn_causal" in by:
+            ratios[f"{name}_vs_cudnn_graph"] = ratio(by["cudnn_causal"], ours, "graph_ms")
+        shown = "|".join("n/a" if x is None else f"{x:.2f}" for x in versus)
+        rows.append(f"{str(case[:4]):18s} {str(case[4]):>4s} {ours['docs_per_row']:5.1f} {ours['kept']:5.0%} " +
+                    " ".join(f"{ms(by.get(i)):>13s}" for i in impls) + f" {eff:>13s} {shown:>13s}")
+    return rows, ratios
+
+
 SWEEP_ROUNDS = 3
 # The byte models' attention shapes (proxycomp.bench.train: d768 has 12 heads and d1024 16, both of size 64, at
 # T=4096) and the D=128 shape of the attention table.
@@ -185,6 +313,53 @@ SWEEP_BWD = {
          (128, 32, 128, 32, 4, 5), (128, 32, 128, 32, 4, 3), (128, 64, 128, 64, 4, 3), (64, 64, 64, 64, 4, 4)],
     128: [(128, 64, 128, 32, 8, 3), (128, 64, 128, 64, 8, 3), (128, 64, 64, 64, 8, 3), (128, 64, 128, 64, 8, 2)],
 }
+
+
+# (short_span, short_block, short_step, short_warps, short_stages) of the short-document tiles, timed at the flex
+# part's shapes with 32 and 128 documents per row; (0, 0, 0, 4, 2) is the single launch. The first of each list
+# is the default.
+SWEEP_SHORT = {
+    64: [(128, 32, 32, 4, 2), (0, 0, 0, 4, 2), (256, 32, 32, 4, 2), (128, 32, 16, 4, 2), (128, 64, 32, 4, 2),
+         (128, 32, 32, 2, 2), (128, 16, 32, 2, 2)],
+    128: [(256, 64, 32, 4, 2), (0, 0, 0, 4, 2), (512, 64, 32, 4, 2), (256, 32, 32, 4, 2), (256, 64, 64, 4, 2),
+          (256, 64, 32, 8, 2), (256, 64, 32, 4, 3)],
+}
+SWEEP_SHORT_DOCS = (32, 128)
+
+
+def sweep_short(results: list, gen_cpu, gen_cuda) -> None:
+    """Time the short-tile configs on short documents as CUDA graphs (GPU time; host-launched, these rows time the
+    host), round-robin, median of SWEEP_ROUNDS, each checked against the single launch first."""
+    fields = [f.name for f in dataclasses.fields(AttentionConfig) if f.name.startswith("short_")]
+    for batch, heads, seq, dim in FLEX_SHAPES:
+        q, k, v = make_qkv(batch, heads, seq, dim, gen_cuda)
+        grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen_cuda)
+        base = default_config(dim, q.device)
+        for docs in SWEEP_SHORT_DOCS:
+            bounds = document_bounds(random_doc_ids(batch, seq, gen_cpu, docs))
+            configs = [(c, dataclasses.replace(base, **dict(zip(fields, c)))) for c in SWEEP_SHORT[dim]]
+            fns = [lambda q, k, v, cfg=cfg: flash_attention(q, k, v, doc_bounds=bounds, config=cfg)
+                   for _, cfg in configs]
+            timings: dict[int, list[float]] = {}
+            for i, fn in enumerate(fns):
+                try:
+                    check_grads(fn, fns[1], q, k, v, grad_out)
+                except Exception as exc:  # a config can exceed shared memory or registers: report, leave it out
+                    print(f"sweep_short {(batch, heads, seq, dim)} docs={docs} {configs[i][0]}: failed "
+                          f"{type(exc).__name__}: {str(exc)[:80]}", flush=True)
+                    continue
+                timings[i] = []
+            for _ in range(SWEEP_ROUNDS):
+                for i in timings:
+                    timings[i].append(time_graph(fns[i], q, k, v, grad_out))
+            for i, times in timings.items():
+                if None in times:
+                    continue
+                ms = sorted(times)[len(times) // 2]
+                results.append(dict(kind="sweep_short", B=batch, H=heads, S=seq, D=dim, docs=docs,
+                                    config=configs[i][0], ms=ms, rounds_ms=times))
+                print(f"sweep_short {(batch, heads, seq, dim)} docs={docs} {configs[i][0]}: {ms:.3f} ms graph "
+                      f"(median of {', '.join(f'{t:.3f}' for t in times)})", flush=True)
 
 
 def sweep_attention(results: list, gen_cuda) -> None:
@@ -257,12 +432,19 @@ def summary(results: list) -> tuple[list[str], dict]:
         rows.append(f"{f'emb+rmsnorm V={vocab}':22s} {'ours / torch':17s} {o['fwd_bwd_ms']:7.3f}ms "
                     f"{t['fwd_bwd_ms']:7.3f}ms")
         ratios[f"emb_rmsnorm_V{vocab}_vs_torch"] = t["fwd_bwd_ms"] / o["fwd_bwd_ms"]
+    flex_rows, flex_ratios = flex_summary(results)
+    rows += flex_rows
+    ratios.update(flex_ratios)
     for r in results:
         if r["kind"] in ("sweep_fwd", "sweep_fwd_bwd"):
             what = "fwd" if r["kind"] == "sweep_fwd" else "f+b"
             rows.append(f"sweep {what} {str((r['B'], r['H'], r['S'], r['D'])):18s} {str(tuple(r['config'])):38s} "
                         f"{r['tflops']:5.0f} TF/s")
-    rows.append("ratios (x faster than): " + ", ".join(f"{k}={v:.2f}" for k, v in ratios.items()))
+        if r["kind"] == "sweep_short":
+            rows.append(f"sweep short {str((r['B'], r['H'], r['S'], r['D'])):18s} docs={r['docs']:<4d} "
+                        f"{str(tuple(r['config'])):24s} {r['ms']:7.3f} ms graph")
+    rows.append("ratios (x faster than): " + ", ".join(f"{k}={'n/a' if v is None else f'{v:.2f}'}"
+                                                      for k, v in ratios.items()))
     return rows, ratios
 
 
@@ -279,7 +461,8 @@ def main() -> None:
     add_benchmarks_option(parser, BENCHMARKS_MD)
     parser.add_argument("--parts", default="attention,embedding",
                         help="comma-separated: attention (incl. document masking), embedding (fused with RMSNorm), "
-                             "sweep (attention block configs at the models' shapes)")
+                             "flex (document-masked attention beside FlexAttention at 1-128 documents per row and "
+                             "on the spm stream's windows), sweep (attention block configs at the models' shapes)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -300,8 +483,16 @@ def main() -> None:
         bench_attention(results, gen_cpu, gen_cuda)
     if "embedding" in parts:
         bench_embedding(results, gen_cuda)
+    if "flex" in parts:
+        try:
+            spm_rows = spm_doc_ids("h200", FLEX_SHAPES[0][2], max(shape[0] for shape in FLEX_SHAPES), args.seed)
+        except Exception as exc:  # the data pipeline (corpus, SentencePiece, codecs) missing must not cost the grid
+            print(f"flex: no spm row ({type(exc).__name__}: {exc})", flush=True)
+            spm_rows = None
+        bench_flex(results, gen_cpu, gen_cuda, spm_rows)
     if "sweep" in parts:
         sweep_attention(results, gen_cuda)
+        sweep_short(results, gen_cpu, gen_cuda)
     rows, ratios = summary(results)
     rows.insert(0, f"GEMM ceiling {gemm:.0f} TFLOP/s")
     Path(args.out).write_text(json.dumps(dict(device=device, torch=torch.__version__, triton=triton.__version__,

@@ -4,9 +4,13 @@ Arms, at every model size of the preset (warmup steps excluded; one timed window
 single synchronize at its end):
   fit-triton[-compile|-graphs]  `proxycomp fit`'s path: ProxyLM + Lightning Trainer (bf16-mixed, clipping 1.0, a
                         CSV logger every 25 steps), our Triton attention with the document mask
+  fit-triton-compile-embed  fit-triton-compile with the Triton embedding fused with block 0's RMSNorm
   fit-sdpa[-compile]    the same with SDPA, which takes the document mask as a dense boolean mask
   plain[-compile|-graphs]  a minimal loop over the same Transformer: SDPA is_causal (no document mask), fused AdamW,
                         bf16 autocast, batches already on the device
+  plain-flex-compile    the plain loop with fit's semantics (document mask, positions restarting per document)
+                        through FlexAttention, whose block mask the compiled model makes once per step (CUDA only:
+                        torch has no FlexAttention backward on the CPU)
 All arms of a model size train on the same few windows, replayed from memory (a tiny data module for the fit
 arms), so data loading is not what they measure. `--windows raw` (default): random raw bytes packed in documents
 as long as the corpus files, the byte-only recipe's workload. `--windows spm`: windows of the real TrainStream of
@@ -115,6 +119,8 @@ class Arm:
     loop: str  # "fit" or "plain"
     attn_backend: str
     compile_mode: str | None  # None: eager; else a torch.compile mode
+    embed_backend: str = "torch"
+    needs_cuda: bool = False
 
     def compile_options(self, preset: Preset) -> dict:
         """torch.compile's arguments for this arm under the preset's backend (only Inductor takes a mode)."""
@@ -125,9 +131,11 @@ class Arm:
 ARMS = (
     Arm("fit-triton", "fit", "triton", None), Arm("fit-triton-compile", "fit", "triton", "default"),
     Arm("fit-triton-graphs", "fit", "triton", "reduce-overhead"),
+    Arm("fit-triton-compile-embed", "fit", "triton", "default", embed_backend="triton"),
     Arm("fit-sdpa", "fit", "sdpa", None), Arm("fit-sdpa-compile", "fit", "sdpa", "default"),
     Arm("plain", "plain", "sdpa", None), Arm("plain-compile", "plain", "sdpa", "default"),
     Arm("plain-graphs", "plain", "sdpa", "reduce-overhead"),
+    Arm("plain-flex-compile", "plain", "flex", "default", needs_cuda=True),
 )
 
 
@@ -288,7 +296,8 @@ def run_fit(arm: Arm, size: ModelSize, work: Workload, device: torch.device, pre
             steps: int, profile_to: Path | None = None) -> float:
     """Seconds for `steps` optimizer steps of ProxyLM under the Lightning Trainer."""
     arch = ModelConfig(vocab_size=work.vocabulary.size, d_model=size.d_model, n_layers=size.n_layers,
-                       n_heads=size.n_heads, max_seq_len=size.seq_len, attn_backend=arm.attn_backend)
+                       n_heads=size.n_heads, max_seq_len=size.seq_len, attn_backend=arm.attn_backend,
+                       embed_backend=arm.embed_backend)
     lm = ProxyLM(arch, OptimConfig(warmup_steps=warmup), vocabulary=work.vocabulary.to_dict())
     if arm.compile_mode is not None:
         lm.compile_step(**arm.compile_options(preset))  # what ProxyLM(compile=True, compile_mode=...) does
@@ -308,16 +317,20 @@ def run_fit(arm: Arm, size: ModelSize, work: Workload, device: torch.device, pre
 
 def run_plain(arm: Arm, size: ModelSize, work: Workload, device: torch.device, preset: Preset, warmup: int,
               steps: int, profile_to: Path | None = None) -> float:
-    """Seconds for `steps` steps of a minimal loop: causal SDPA, bf16 autocast, fused AdamW."""
-    model = Transformer(size.config("sdpa", work.vocabulary.size)).to(device)
+    """Seconds for `steps` steps of a minimal loop: bf16 autocast, fused AdamW; causal SDPA over the whole window,
+    or FlexAttention inside documents with positions restarting at each (fit's semantics)."""
+    model = Transformer(size.config(arm.attn_backend, work.vocabulary.size)).to(device)
     forward = torch.compile(model, **arm.compile_options(preset)) if arm.compile_mode is not None else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    on_device = [(b["input_ids"].to(device), b["targets"].to(device)) for b in work.batches]
+    documents = arm.attn_backend == "flex"
+    on_device = [{k: b[k].to(device) for k in ("input_ids", "positions", "doc_ids", "targets")} for b in work.batches]
 
     def step(i: int) -> None:
-        input_ids, targets = on_device[i % len(on_device)]
+        batch = on_device[i % len(on_device)]
+        input_ids, targets = batch["input_ids"], batch["targets"]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            logits = forward(input_ids)  # no doc_ids: is_causal over the whole window
+            # sdpa: no doc_ids, is_causal over the whole window
+            logits = forward(input_ids, batch["positions"], batch["doc_ids"]) if documents else forward(input_ids)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
         loss.backward()
         optimizer.step()
@@ -370,18 +383,22 @@ def data_rates(docs: list[bytes], spm_model: bytes, preset: Preset, seq_len: int
 
 
 def throughput_table(arms: list[dict]) -> str:
-    lines = ["| model | arm | tokens/s | step ms | TFLOP/s | MFU | vs best plain | peak GiB |",
-             "|---|---|---|---|---|---|---|---|"]
+    """One row per arm; `vs best plain` against the model's fastest plain arm, `vs flex` against plain-flex-compile
+    (the plain loop with the same document mask as fit)."""
+    lines = ["| model | arm | tokens/s | step ms | TFLOP/s | MFU | vs best plain | vs flex | peak GiB |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in arms:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['arm']} | failed: {r['error'][:80]} | | | | | |")
+            lines.append(f"| {r['model']} | {r['arm']} | failed: {r['error'][:80]} | | | | | | |")
             continue
-        plain = [p["tokens_per_s"] for p in arms if p["model"] == r["model"] and p["arm"].startswith("plain")
-                 and "error" not in p]
+        ok = [p for p in arms if p["model"] == r["model"] and "error" not in p]
+        plain = [p["tokens_per_s"] for p in ok if p["arm"].startswith("plain")]
+        flex = [p["tokens_per_s"] for p in ok if p["arm"] == "plain-flex-compile"]
         ratio = f"{r['tokens_per_s'] / max(plain):.2f}x" if plain else "n/a"
+        versus_flex = f"{r['tokens_per_s'] / flex[0]:.2f}x" if flex else "n/a"
         peak = f"{r['peak_gib']:.1f}" if "peak_gib" in r else "n/a"
         lines.append(f"| {r['model']} | {r['arm']} | {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | "
-                     f"{r['tflops']:.1f} | {r['mfu']:.1%} | {ratio} | {peak} |")
+                     f"{r['tflops']:.1f} | {r['mfu']:.1%} | {ratio} | {versus_flex} | {peak} |")
     return "\n".join(lines)
 
 
@@ -435,6 +452,11 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Preset, list
 
     models = subset("models", args.models, {m.name: m for m in preset.models})
     arms = subset("arms", args.arms, {a.name: a for a in ARMS})
+    if not torch.cuda.is_available():
+        gpu_only = [a.name for a in arms if a.needs_cuda]
+        if args.arms is not None and gpu_only:
+            p.error(f"--arms: {', '.join(gpu_only)} needs a CUDA GPU (torch has no FlexAttention backward on the CPU)")
+        arms = [a for a in arms if not a.needs_cuda]
     args.warmup = preset.warmup if args.warmup is None else args.warmup
     args.steps = preset.steps if args.steps is None else args.steps
     if args.warmup < 1 or args.steps < 1:

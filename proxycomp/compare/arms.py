@@ -16,12 +16,16 @@ class Arm:
     views: tuple[str, ...]  # data.views.names
     schedule: str  # data.mixing.kind (proxycomp.data.mixing)
     role: str  # one line for the report
+    loss_targets: str = "all"  # model.loss_targets (proxycomp.lit)
+    twin_of: str | None = None  # an arm whose stream and steps this one trains on
 
 
 # Report order; `raw_subset` replays `proxy_spm`'s stream, so it must come after it.
 ARMS: dict[str, Arm] = {arm.name: arm for arm in (
     Arm("byte", ("raw",), "byte", "byte-only baseline"),
     Arm("proxy_spm", ("raw", "spm"), "paper", "proxy: SentencePiece BPE view (the paper's main claim)"),
+    Arm("proxy_spm_masked", ("raw", "spm"), "paper", "proxy_spm's batches, steps and schedule, spm targets left out "
+        "of the loss (transfer control)", loss_targets="raw", twin_of="proxy_spm"),
     Arm("proxy_zstd", ("raw", "zstd"), "paper", "proxy: zstd view (stability control)"),
     Arm("proxy_brotli", ("raw", "brotli"), "paper", "proxy: brotli view (stability control)"),
     Arm("bpe", ("raw", "spm"), "tokens", "tokenizer baseline: BPE tokens only"),
@@ -34,6 +38,11 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
     "small": {"d_model": 256, "n_layers": 6, "n_heads": 4},
     "base": {"d_model": 512, "n_layers": 8, "n_heads": 8},  # the plan's ~25M non-embedding parameters
 }
+# Peak learning rate per size, not swept here. The paper's EvaByte configs use 1.2e-3 at d 1024, 9e-4 at d 2048 and
+# 7e-4 at d 3072, close to lr = 1.2e-3 * sqrt(1024 / d); extrapolated, that gives 1.7e-3 at d 512 and 2.4e-3 at d 256.
+# DeepSeek LLM's compute-optimal fit (lr = 0.3118 * C^-0.125) lands in the same band for 600M symbols: 2.6e-3 (small,
+# C ~ 4e16 FLOPs) and 2.2e-3 (base, ~1.5e17). tiny keeps the CPU smoke's 3e-3.
+SIZE_LR: dict[str, float] = {"tiny": 3e-3, "small": 2.4e-3, "base": 1.7e-3}
 
 
 def parse_arms(text: str) -> list[Arm]:

@@ -2,13 +2,14 @@
 JSON and plot.
 
     proxycomp compare --preset cpu_smoke --out runs/compare_smoke
-    proxycomp compare --budget 2e15 --budget_unit flops --model_size tiny \\
-        --arms byte,proxy_spm,proxy_zstd,proxy_brotli,bpe,raw_subset --out runs/compare
-    proxycomp compare --preset h200_small --arms byte --out $OUT/h200_small --work_dir /tmp/pc
+    proxycomp compare --budget 2e15 --match flops --model_size tiny \\
+        --arms byte,proxy_spm,proxy_spm_masked,proxy_zstd,proxy_brotli,bpe,raw_subset --out runs/compare
+    proxycomp compare --preset h200_fidelity --arms proxy_spm,proxy_spm_masked --seeds 0,1 --out $OUT/fidelity
 
 Settings come from CompareSpec's defaults, then the preset (a shipped name or a YAML file of CompareSpec fields),
 then the flags: every field is one (`--corpus.max_documents 300`). Run again with the same --out to resume:
-finished arms are skipped, an interrupted arm continues from its last checkpoint in --work_dir.
+finished runs (an arm at a seed) are skipped, an interrupted one continues from its last checkpoint in --work_dir.
+--arms and --seeds may differ between calls into one --out: the table shows every run made so far.
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def _parser():
     p.add_argument("--resume_from", help="a results folder of an earlier call (e.g. fetched from a device) to "
                                          "continue in --out; its results.json and spm.model are copied there first")
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, from {','.join(ARMS)}")
+    p.add_argument("--seeds", help="comma-separated training seeds (initialization, document order, view draws); each "
+                                   "arm runs once per seed, the table gives the mean and spread; default: --seed")
     p.add_argument("--dry_run", action="store_true", help="print each arm's plan and stop")
     p.add_class_arguments(CompareSpec, None, as_group=True)
     return p
@@ -49,6 +52,16 @@ def seed_results(source: Path, out: Path) -> None:
             shutil.copyfile(source / name, out / name)
 
 
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise CompareError(f"--seeds takes comma-separated integers such as 0,1; got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise CompareError(f"--seeds needs distinct seeds, got {text!r}")
+    return seeds
+
+
 def parse_spec(argv: Sequence[str]):
     """(CompareSpec, the other arguments). A preset named without a path is a shipped one."""
     argv = list(argv)
@@ -64,16 +77,17 @@ def parse_spec(argv: Sequence[str]):
 def main(argv: Sequence[str]) -> int:
     spec, args = parse_spec(argv)
     arms = parse_arms(args.arms)
+    seeds = parse_seeds(args.seeds) if args.seeds else None
     if args.resume_from:
         seed_results(Path(args.resume_from), Path(args.out))
     comparison = Comparison(spec, args.out, args.work_dir)
     if args.dry_run:
         for plan in comparison.dry_run(arms):
-            print(f"{plan.arm:>12}: vocab {plan.vocab_size:>6}  {plan.flops_per_symbol:.3g} FLOPs/symbol  "
+            print(f"{plan.arm:>16}: vocab {plan.vocab_size:>6}  {plan.flops_per_symbol:.3g} FLOPs/symbol  "
                   f"{plan.max_steps:>7} steps  {plan.symbols:.3g} symbols  {plan.flops:.3g} FLOPs")
         if any(arm.name == "raw_subset" for arm in arms):
-            print("  raw_subset: one pass over the raw views proxy_spm saw (steps known after proxy_spm)")
+            print("      raw_subset: one pass over the raw views proxy_spm saw (steps known after proxy_spm)")
         return 0
-    comparison.run(arms)
+    comparison.run(arms, seeds)
     print(f"results in {args.out}: results.md, results.json, bpb_vs_compute.png")
     return 0

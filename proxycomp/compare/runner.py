@@ -1,10 +1,11 @@
 """Runs a comparison: each arm trained through `proxycomp fit`'s own LightningCLI, scored, and recorded.
 
-State lives in two folders. `out` holds what a reader needs and what must survive a device call: the
-results JSON (spec, per-arm status, plans, curves, scores), the markdown table, the plot and the shared
-SentencePiece model. `work_dir` holds what is large or disposable: each arm's generated `proxycomp fit`
-config, checkpoints, logs, and the raw-subset replay stream. A finished arm is skipped; an unfinished
-one resumes from its last checkpoint in `work_dir` if there is one, else starts again.
+A run is one arm at one training seed (initialization, document order and view draws); every run shares the
+corpus split and the SentencePiece model, made with the spec's `seed`. State lives in two folders. `out` holds what
+a reader needs and what must survive a device call: the results JSON (spec, per-run status, plans, curves, scores),
+the markdown table, the plot and the shared SentencePiece model. `work_dir` holds what is large or disposable: each
+run's generated `proxycomp fit` config, checkpoints, logs, and the raw-subset replay streams. A finished run is
+skipped; an unfinished one resumes from its last checkpoint in `work_dir` if there is one, else starts again.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 import yaml
 
-from proxycomp.compare.arms import RAW_SUBSET_SOURCE, Arm, CompareError
+from proxycomp.compare.arms import ARMS, RAW_SUBSET_SOURCE, Arm, CompareError
 from proxycomp.compare.budget import ArmPlan, Budget, plan_arm
 from proxycomp.compare.curve import ValBpbCurve, leading_documents
 from proxycomp.compare.replay import raw_views_seen
@@ -40,7 +41,7 @@ from proxycomp.files import atomic_path, write_atomic
 from proxycomp.scoring import score_documents
 from proxycomp.views import ViewConfig, train_spm
 
-RESULTS_FORMAT = 1
+RESULTS_FORMAT = 2  # 2: runs per training seed
 RESULTS_FILE, TABLE_FILE, PLOT_FILE, SPM_FILE = "results.json", "results.md", "bpb_vs_compute.png", "spm.model"
 STATS_VIEWS = ("raw", "spm", "zstd", "brotli")
 
@@ -52,7 +53,7 @@ class Comparison:
         self.out = Path(out)
         self.work_dir = Path(work_dir) if work_dir else self.out / "work"
         self.log = log
-        self.budget = Budget(spec.budget, spec.budget_unit)
+        self.budget = Budget(spec.budget, spec.match)
         self.results = self._load_results()
         self._corpus: Corpus | None = None
 
@@ -83,15 +84,23 @@ class Comparison:
         self.results["contrasts"] = contrasts(self.results["arms"])
         write_atomic(self.out / RESULTS_FILE, json.dumps(self.results, indent=1))
         write_atomic(self.out / TABLE_FILE, markdown(self.results, "Byte vs proxy vs tokenizer at equal compute"))
-        if any(a.get("curve") for a in self.results["arms"].values()):
+        if any(run.get("curve") for runs in self.results["arms"].values() for run in runs.values()):
             plot(self.results, self.out / PLOT_FILE)
 
+    def record(self, arm: str, seed: int) -> dict[str, Any]:
+        """The results of one run (empty if it never started); JSON keys seeds as strings."""
+        return self.results["arms"].get(arm, {}).get(str(seed), {})
+
     # ---- plans --------------------------------------------------------------------------------------------
-    def plan(self, arm: Arm) -> ArmPlan:
+    def plan(self, arm: Arm, seed: int = 0) -> ArmPlan:
+        """The arm's steps: from the budget; raw_subset's from the replay of `seed`; a twin's from its source arm."""
         s = self.spec
         steps = None
         if arm.name == "raw_subset":
-            steps = ReplayStream(np.load(self.replay_file(), mmap_mode="r"), s.seq_len, s.batch_size).num_batches
+            replay = np.load(self.replay_file(seed), mmap_mode="r")
+            steps = ReplayStream(replay, s.seq_len, s.batch_size).num_batches
+        elif arm.twin_of:
+            steps = self.plan(ARMS[arm.twin_of], seed).max_steps
         return plan_arm(arm, self.budget, s.model, s.seq_len, s.batch_size, s.spm_vocab_size, steps)
 
     def dry_run(self, arms: Sequence[Arm]) -> list[ArmPlan]:
@@ -99,12 +108,14 @@ class Comparison:
         return [self.plan(arm) for arm in arms if arm.name != "raw_subset"]
 
     # ---- the run ------------------------------------------------------------------------------------------
-    def run(self, arms: Sequence[Arm]) -> dict[str, Any]:
+    def run(self, arms: Sequence[Arm], seeds: Sequence[int] | None = None) -> dict[str, Any]:
+        """Every arm at every training seed (default: the spec's seed), arm by arm."""
+        seeds = list(seeds or [self.spec.seed])
         names = [arm.name for arm in arms]
-        source_done = self.results["arms"].get(RAW_SUBSET_SOURCE, {}).get("status") == "done"
-        if "raw_subset" in names and RAW_SUBSET_SOURCE not in names and not source_done:
+        missing = [seed for seed in seeds if self.record(RAW_SUBSET_SOURCE, seed).get("status") != "done"]
+        if "raw_subset" in names and RAW_SUBSET_SOURCE not in names and missing:
             raise CompareError(f"raw_subset replays {RAW_SUBSET_SOURCE}'s training stream: add {RAW_SUBSET_SOURCE} to "
-                               f"--arms or finish it first in the same --out")
+                               f"--arms or finish it first in the same --out (seeds {missing})")
         if self.spec.cpu_threads and not torch.cuda.is_available():
             torch.set_num_threads(self.spec.cpu_threads)
         if any("spm" in arm.views for arm in arms) or self.results["compressors"] is None:
@@ -114,64 +125,68 @@ class Comparison:
             self.results["compressors"] = self.compressor_stats()
             self.save()
         for arm in arms:
-            record = self.results["arms"].get(arm.name, {})
-            if record.get("status") == "done":
-                self.log(f"{arm.name}: done, skipped")
-                continue
-            self.results["arms"][arm.name] = self.run_arm(arm)
-            self.save()
+            for seed in seeds:
+                if self.record(arm.name, seed).get("status") == "done":
+                    self.log(f"{arm.name} seed {seed}: done, skipped")
+                    continue
+                self.results["arms"].setdefault(arm.name, {})[str(seed)] = self.run_arm(arm, seed)
+                self.save()
         self.save()
         return self.results
 
-    def run_arm(self, arm: Arm) -> dict[str, Any]:
+    def run_arm(self, arm: Arm, seed: int) -> dict[str, Any]:
         from proxycomp.cli import (
             build_cli,  # Lightning is slow to import; the dry run does without
         )
 
-        plan = self.plan(arm)
-        arm_dir = self.work_dir / arm.name
+        plan = self.plan(arm, seed)
+        name = f"{arm.name} seed {seed}"
+        arm_dir = self.work_dir / arm.name / f"seed{seed}"
         last = arm_dir / "checkpoints" / "last.ckpt"
-        config = self.fit_config(arm, plan, arm_dir)
+        config = self.fit_config(arm, plan, arm_dir, seed)
         arm_dir.mkdir(parents=True, exist_ok=True)
         config_path = arm_dir / "fit.yaml"
         write_atomic(config_path, yaml.safe_dump(config, sort_keys=False))
         record = {"status": "running", "plan": plan.to_dict(), "data": config["data"], "fit_config": str(config_path)}
-        self.results["arms"][arm.name] = record
+        self.results["arms"].setdefault(arm.name, {})[str(seed)] = record
         self.save()
         resume = last.is_file()
-        self.log(f"{arm.name}: {plan.max_steps} steps of {plan.symbols_per_step} symbols at {plan.flops_per_symbol:.3g} "
+        self.log(f"{name}: {plan.max_steps} steps of {plan.symbols_per_step} symbols at {plan.flops_per_symbol:.3g} "
                  f"FLOPs/symbol{', resuming from ' + str(last) if resume else ''}")
         start = time.perf_counter()
         cli = build_cli(["fit", "--config", str(config_path), *(["--ckpt_path", str(last)] if resume else [])])
         trainer, lm, dm = cli.trainer, cli.model, cli.datamodule
         if trainer.global_step != plan.max_steps:
-            raise CompareError(f"arm {arm.name} stopped at step {trainer.global_step} of {plan.max_steps}; "
+            raise CompareError(f"{name} stopped at step {trainer.global_step} of {plan.max_steps}; "
                                "run the tool again to resume it")
         if lm.flops_per_symbol != plan.flops_per_symbol:
-            raise RuntimeError(f"{arm.name}: the model counts {lm.flops_per_symbol} FLOPs/symbol, the plan "
+            raise RuntimeError(f"{name}: the model counts {lm.flops_per_symbol} FLOPs/symbol, the plan "
                                f"{plan.flops_per_symbol}; budget accounting and ProxyLM disagree")
         fit_s = time.perf_counter() - start
         curve = next(c for c in trainer.callbacks if isinstance(c, ValBpbCurve)).points
-        self.log(f"{arm.name}: fit in {fit_s:.0f} s (data setup included), scoring")
+        self.log(f"{name}: fit in {fit_s:.0f} s (data setup included), scoring")
         documents = leading_documents([d.data for d in dm.corpus.val], self.spec.eval_max_bytes)
         # Lightning's teardown leaves the model on the CPU; score it where it trained (the Triton backend needs CUDA).
         model = lm.model.to("cuda" if torch.cuda.is_available() else "cpu")
         s, view = self.spec, dm.scored_view
         clean = score_documents(model, documents, s.seq_len, s.stride, view, s.eval_batch_size)
         perturbed = score_documents(model, self.perturbed(documents), s.seq_len, s.stride, view, s.eval_batch_size)
-        used = plan.flops if self.budget.unit == "flops" else plan.symbols
+        used = plan.flops if self.budget.match == "flops" else plan.symbols
         record.update({
             "status": "done", "steps": trainer.global_step, "symbols": plan.symbols, "flops": plan.flops,
             "budget_share": used / self.budget.value, "resumed": resume, "curve": curve,
-            "val_bpb": clean.bits_per_byte, "val_bpb_perturbed": perturbed.bits_per_byte,
-            "eval_bytes": clean.bytes, "eval_documents": clean.documents,
+            "val_bpb": clean.bits_per_byte, "val_bpb_raw_ids": clean.raw_ids_bits_per_byte,
+            "val_bpb_perturbed": perturbed.bits_per_byte, "eval_bytes": clean.bytes, "eval_documents": clean.documents,
             "fit_s": fit_s, "wall_s": time.perf_counter() - start,
         })
-        self.log(f"{arm.name}: val bpb {clean.bits_per_byte:.4f} (perturbed {perturbed.bits_per_byte:.4f})")
+        self.log(f"{name}: val bpb {clean.bits_per_byte:.4f} (perturbed {perturbed.bits_per_byte:.4f})")
         return record
 
-    def fit_config(self, arm: Arm, plan: ArmPlan, arm_dir: Path) -> dict[str, Any]:
-        """The `proxycomp fit` config of one arm (linked fields — vocab, context, total_steps — left to the CLI)."""
+    def fit_config(self, arm: Arm, plan: ArmPlan, arm_dir: Path, seed: int) -> dict[str, Any]:
+        """The `proxycomp fit` config of one run (linked fields — vocab, context, total_steps — left to the CLI).
+
+        Arms with the same views and schedule (a proxy arm and its twin) get the same data settings: the same
+        batches at the same seed."""
         s = self.spec
         every = max(1, plan.max_steps // s.curve_points)
         data = {
@@ -180,11 +195,11 @@ class Comparison:
                       "spm_model_file": str(self.out / SPM_FILE) if "spm" in arm.views else None},
             "mixing": {"kind": arm.schedule},
             "seq_len": s.seq_len, "batch_size": s.batch_size, "num_workers": s.num_workers,
-            "artifacts_dir": str(arm_dir / "data"), "seed": s.seed,
-            "replay_file": str(self.replay_file()) if arm.name == "raw_subset" else None,
+            "artifacts_dir": str(arm_dir / "data"), "seed": s.seed, "stream_seed": seed,
+            "replay_file": str(self.replay_file(seed)) if arm.name == "raw_subset" else None,
         }
         return {
-            "seed_everything": s.seed,
+            "seed_everything": seed,
             "trainer": {
                 "max_steps": plan.max_steps,
                 "precision": s.precision or ("bf16-mixed" if torch.cuda.is_available() else "32-true"),
@@ -204,8 +219,8 @@ class Comparison:
             "checkpoint": {"dirpath": str(arm_dir / "checkpoints"), "monitor": None, "save_top_k": 0,
                            "save_last": True, "every_n_train_steps": every},
             "model": {"arch": {**s.model, "attn_backend": s.attn_backend},
-                      "optim": {"lr": s.lr, "warmup_steps": max(1, round(s.lr_warmup_frac * plan.max_steps))},
-                      "compile": s.compile},
+                      "optim": {"lr": s.peak_lr, "warmup_steps": max(1, round(s.lr_warmup_frac * plan.max_steps))},
+                      "compile": s.compile, "loss_targets": arm.loss_targets},
             "data": data,
         }
 
@@ -240,24 +255,25 @@ class Comparison:
         stability = [d for d in val if len(d) <= s.stats_max_doc_bytes][: s.stats_documents] or [min(val, key=len)]
         return compressor_stats(views, leading_documents(val, s.eval_max_bytes), stability, s.perturb_rate, s.seed)
 
-    def replay_file(self) -> Path:
-        """The raw-subset stream: replayed from proxy_spm's recorded data settings once, then kept in work_dir."""
-        path = self.work_dir / "raw_subset" / "replay.npy"
+    def replay_file(self, seed: int) -> Path:
+        """The raw-subset stream of one seed: replayed from proxy_spm's recorded data settings at that seed once, then
+        kept in work_dir."""
+        path = self.work_dir / "raw_subset" / f"seed{seed}" / "replay.npy"
         if path.is_file():
             return path
-        source = self.results["arms"].get(RAW_SUBSET_SOURCE, {})
+        source = self.record(RAW_SUBSET_SOURCE, seed)
         if source.get("status") != "done":
             raise CompareError(f"raw_subset replays {RAW_SUBSET_SOURCE}'s training stream: finish {RAW_SUBSET_SOURCE} "
-                               f"first (same --out), then run raw_subset")
+                               f"seed {seed} first (same --out), then run raw_subset")
         steps = source["plan"]["max_steps"]
-        self.log(f"replaying {RAW_SUBSET_SOURCE}'s {steps} training batches to collect its raw views")
+        self.log(f"replaying {RAW_SUBSET_SOURCE} seed {seed}'s {steps} training batches to collect its raw views")
         # Paths of this call, not of the one that trained proxy_spm (a device call's folders differ each time).
         data = source["data"]
         dm = ProxyDataModule(
             corpus=CorpusConfig(**data["corpus"]),
             views=ViewConfig(**{**data["views"], "spm_model_file": str(self.out / SPM_FILE)}),
             mixing=MixingSchedule(**{**data["mixing"], "total_steps": steps}),
-            **{k: data[k] for k in ("seq_len", "batch_size", "num_workers", "seed")},
+            **{k: data[k] for k in ("seq_len", "batch_size", "num_workers", "seed", "stream_seed")},
             artifacts_dir=str(path.parent / "data"),
         )
         dm.setup("fit")

@@ -7,7 +7,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from proxycomp.compare.arms import MODEL_SIZES, CompareError
+from proxycomp.compare.arms import MODEL_SIZES, SIZE_LR, CompareError
 from proxycomp.compare.budget import Budget
 from proxycomp.configs import changed_fields
 from proxycomp.data.corpus import CorpusConfig
@@ -28,17 +28,18 @@ class CompareSpec:
         compile: torch.compile each arm's model with its loss
         precision: Lightning precision; null: bf16-mixed on a GPU, 32-true on CPU
         cpu_threads: torch threads on a CPU-only machine (1 avoids oversubscribing busy cores); null: torch's
-        lr: peak learning rate of every arm
+        lr: peak learning rate of every arm; null: the model size's (SIZE_LR in proxycomp.compare.arms says why)
         lr_warmup_frac: warmup as a share of each arm's steps
-        budget: compute per arm
-        budget_unit: what budget counts: flops or symbols
+        budget: compute per arm, in the unit of `match`
+        match: what every arm spends alike: flops (a larger vocabulary's head costs steps) or symbols (the same
+            steps for every arm, as the paper); the table reports both figures
         seq_len: symbols per training window
         batch_size: windows per step
         corpus: the documents every arm reads
         spm_vocab_size: pieces of the one SentencePiece model the spm arms share
         spm_train_bytes: train bytes the SentencePiece model learns from
         num_workers: DataLoader workers per arm
-        seed: corpus split, tokenizer sample, data order and initialization
+        seed: corpus split and tokenizer sample, shared by every run (the training seeds are `--seeds`)
         curve_points: validation points per arm, evenly spaced in steps
         curve_max_bytes: held-out bytes scored at each curve point
         eval_max_bytes: held-out bytes of the final score; null: the whole split
@@ -54,10 +55,10 @@ class CompareSpec:
     compile: bool = False
     precision: str | None = None
     cpu_threads: int | None = None
-    lr: float = 1.5e-3
+    lr: float | None = None
     lr_warmup_frac: float = 0.02
     budget: float = 2e15
-    budget_unit: str = "flops"
+    match: str = "flops"
     seq_len: int = 256
     batch_size: int = 8
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
@@ -79,7 +80,9 @@ class CompareSpec:
             self.corpus = CorpusConfig(**self.corpus)
         if self.model_size not in MODEL_SIZES:
             raise CompareError(f"model_size must be one of {', '.join(MODEL_SIZES)}, got {self.model_size!r}")
-        Budget(self.budget, self.budget_unit)
+        Budget(self.budget, self.match)
+        if self.lr is not None and not self.lr > 0:
+            raise CompareError(f"lr must be positive, got {self.lr}")
         for name in ("seq_len", "batch_size", "curve_points", "curve_max_bytes", "eval_batch_size", "stats_documents"):
             if getattr(self, name) < 1:
                 raise CompareError(f"{name} must be positive, got {getattr(self, name)}")
@@ -89,6 +92,10 @@ class CompareSpec:
     @property
     def model(self) -> dict[str, int]:
         return dict(MODEL_SIZES[self.model_size])
+
+    @property
+    def peak_lr(self) -> float:
+        return self.lr or SIZE_LR[self.model_size]
 
     @property
     def stride(self) -> int:

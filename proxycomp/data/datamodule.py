@@ -49,12 +49,13 @@ from proxycomp.stopping import ignore_interrupts
 from proxycomp.views import RawView, View, ViewConfig, train_spm
 from proxycomp.vocab import Vocabulary
 
-STATE_FORMAT = 2  # 2: nested corpus/views/mixing settings
+STATE_FORMAT = 3  # 3: one stream per batch row
 # What a field added since a checkpoint was written counts as: its default (JSON values, as the state holds them).
 _DEFAULT_RESUME_CONFIG = json.loads(json.dumps(
     {"corpus": asdict(CorpusConfig()), "views": asdict(ViewConfig()), "mixing": asdict(MixingSchedule())}))
 SPM_MODEL_FILE = "spm.model"
 MANIFEST_FILE = "data_manifest.json"
+REPORT_BATCHES = 8  # batches the manifest's stream figures are measured on
 
 
 class DataStateError(UserError):
@@ -74,6 +75,7 @@ class ProxyDataModule(L.LightningDataModule):
         artifacts_dir: str | None = None,
         replay_file: str | None = None,
         seed: int = 0,
+        stream_seed: int | None = None,
     ) -> None:
         """Corpus, views and mixing schedule, packed into windows of `seq_len` symbols.
 
@@ -89,6 +91,8 @@ class ProxyDataModule(L.LightningDataModule):
             replay_file: a .npy of int32 symbols (serialized documents end to end) to train on in order, one pass
                 per epoch, instead of the mixed stream
             seed: corpus split, SentencePiece sample, document order and view draws
+            stream_seed: document order and view draws instead of seed, which then keeps the split and the
+                SentencePiece sample (a comparison's training seeds share one split); null: seed
         """
         super().__init__()
         if seq_len < 2 or batch_size < 1 or num_workers < 0:
@@ -100,9 +104,10 @@ class ProxyDataModule(L.LightningDataModule):
         self.save_hyperparameters({"corpus": asdict(corpus), "views": asdict(views), "mixing": asdict(mixing),
                                    "seq_len": seq_len, "batch_size": batch_size, "num_workers": num_workers,
                                    "val_windows": val_windows, "artifacts_dir": artifacts_dir,
-                                   "replay_file": replay_file, "seed": seed})
+                                   "replay_file": replay_file, "seed": seed, "stream_seed": stream_seed})
         self.corpus_config, self.view_config, self.schedule = corpus, views, mixing
         self.seq_len, self.batch_size, self.num_workers, self.seed = seq_len, batch_size, num_workers, seed
+        self.stream_seed = seed if stream_seed is None else stream_seed
         if mixing.kind == "tokens" and len(views.names) != 2:
             raise ScheduleError(
                 "data.mixing.kind 'tokens' trains on one compressed view; set data.views.names to [raw, <view>], "
@@ -176,19 +181,8 @@ class ProxyDataModule(L.LightningDataModule):
                 dict(self._cursors), rank=rank, world_size=world,
             )
             return DataLoader(replay, batch_size=None, num_workers=workers, pin_memory=torch.cuda.is_available())
-        stream = TrainStream(
-            [d.data for d in self._require_corpus().train],
-            self.view_config,
-            self.spm_model,
-            self.schedule,
-            self.seq_len,
-            self.batch_size,
-            self.seed,
-            self._batches_consumed,
-            dict(self._cursors),
-            rank=rank,
-            world_size=world,
-        )
+        stream = self._train_stream(self.spm_model, self.batch_size, self._batches_consumed, dict(self._cursors),
+                                    rank=rank, world_size=world)
         return DataLoader(
             stream, batch_size=None, num_workers=workers, persistent_workers=False,
             prefetch_factor=4 if workers else None, pin_memory=torch.cuda.is_available(),
@@ -223,8 +217,8 @@ class ProxyDataModule(L.LightningDataModule):
         # Runs in the main process just before a batch is used (not when it is prefetched), so the saved cursor
         # is the one of the last batch the model actually trained on.
         if isinstance(batch, dict) and CURSOR_KEY in batch:
-            logical, windows, document, start = batch.pop(CURSOR_KEY).tolist()
-            self._cursors[logical] = StreamCursor(windows, document, start)
+            logical, *cursor = batch.pop(CURSOR_KEY).tolist()
+            self._cursors[logical] = StreamCursor.from_list(cursor)
             self._batches_consumed += 1
         return batch
 
@@ -269,14 +263,15 @@ class ProxyDataModule(L.LightningDataModule):
                 "resume with the same data settings"
             )
         self._batches_consumed = int(state_dict["batches_consumed"])
-        self._cursors = {int(k): StreamCursor(*v) for k, v in state_dict["cursors"].items()}
+        self._cursors = {int(k): StreamCursor.from_list(v) for k, v in state_dict["cursors"].items()}
 
     def _resume_config(self) -> dict[str, Any]:
         """Settings a stream cursor is only valid under (as JSON values: tuples read back as lists)."""
         h = self.hparams
         views = {k: v for k, v in h.views.items() if k != "spm_model_file"}  # the model itself is in the state
         config = {"corpus": h.corpus, "views": views, "mixing": h.mixing, "seq_len": h.seq_len,
-                  "batch_size": h.batch_size, "num_workers": h.num_workers, "replay_file": h.replay_file, "seed": h.seed}
+                  "batch_size": h.batch_size, "num_workers": h.num_workers, "replay_file": h.replay_file,
+                  "seed": h.seed, "stream_seed": h.stream_seed}
         return json.loads(json.dumps(config))
 
     # ---- helpers --------------------------------------------------------------------------------------------
@@ -284,6 +279,12 @@ class ProxyDataModule(L.LightningDataModule):
         """This process's rank and the number of training processes (0, 1 outside a Trainer)."""
         trainer = self.trainer
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def _train_stream(self, spm_model: bytes | None, batch_size: int, batches_consumed: int = 0,
+                      cursors: dict[int, StreamCursor] | None = None, rank: int = 0,
+                      world_size: int = 1) -> TrainStream:
+        return TrainStream([d.data for d in self._require_corpus().train], self.view_config, spm_model, self.schedule,
+                           self.seq_len, batch_size, self.stream_seed, batches_consumed, cursors, rank, world_size)
 
     def _require_corpus(self) -> Corpus:
         if self.corpus is None:
@@ -299,7 +300,8 @@ class ProxyDataModule(L.LightningDataModule):
         return Path("runs") / "data"
 
     def _write_artifacts(self) -> None:
-        """The SentencePiece model and a manifest (corpus report, views, schedule) beside the run, when training."""
+        """The SentencePiece model and a manifest (corpus report, views, schedule, and what the first batches hold)
+        beside the run, when training."""
         if self.trainer is not None and self.trainer.state.fn != "fit":
             return  # validating writes nothing: the artifacts belong to the run that trains
         root = self.artifacts_path()  # on every rank: under DDP trainer.log_dir is a broadcast
@@ -314,5 +316,10 @@ class ProxyDataModule(L.LightningDataModule):
         if self._spm_model is not None:
             write_atomic(root / SPM_MODEL_FILE, self._spm_model)
             manifest["spm_model_file"] = SPM_MODEL_FILE
+        if not self.hparams.replay_file and (self._spm_model is not None or "spm" not in self.view_config.names):
+            # Distinct documents per batch and the paired share of rows (in the translation warmup), measured on the
+            # global batch of a one-worker stream: the same figures in distribution as the run's workers give.
+            stream = self._train_stream(self._spm_model, self.batch_size * self._rank_and_world()[1])
+            manifest["first_batches"] = stream.report(REPORT_BATCHES)
         write_atomic(root / MANIFEST_FILE, json.dumps(manifest, indent=2))
 

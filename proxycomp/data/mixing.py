@@ -4,7 +4,8 @@
 `translation_random`: a document may appear as both views in one ``<bos> … <eos>`` context, in random
 order. Pairing adds raw views, so the draw is recalibrated to keep r the fraction of compressed views
 (as the paper's code does): for r > 0.5 every raw document is paired and a document is compressed-only
-with p = 2 - 1/r; otherwise every compressed document is paired and p = r / (1 - r).
+with p = 2 - 1/r; otherwise every compressed document is paired and p = r / (1 - r). A paired document too long
+for half a window is paired chunk by chunk (proxycomp.data.pairing).
 """
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ class MixingSchedule:
         r_peak: compressed share after the warmup
         warmup_frac: share of total_steps in the paired (translation) warmup
         total_steps: the run's optimizer steps (linked from trainer.max_steps by the CLI)
+        chunk_pairs: pair a long document as aligned chunks, each with both views in a context of at most half a
+            window, so the views share windows (proxycomp.data.pairing); false: pair whole documents, as the paper's
+            code does at its 32K context
     """
 
     kind: str = "paper"
@@ -42,6 +46,7 @@ class MixingSchedule:
     r_peak: float = 0.9
     warmup_frac: float = 0.2
     total_steps: int = 1000
+    chunk_pairs: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:

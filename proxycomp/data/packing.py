@@ -5,35 +5,44 @@ overlap by one: window j holds S[j*T : j*T + T + 1], so inputs are its first T s
 last T, and every symbol is a target exactly once. Each window restarts positions at 0 for every
 document piece in it (a document cut by a window edge continues at position 0 in the next window).
 
-Step of the mixing schedule. A worker does not see the optimizer. It derives the step from the windows
+One stream per row. Row k of a batch is window b of stream k, so the rows of a batch come from independent
+places in the corpus (one stream would give a batch of consecutive windows: a handful of documents, highly
+correlated gradients). Each epoch's seeded permutation of the documents is dealt out to the streams: stream k of
+logical worker l (of W, with R rows per batch) takes every (W*R)-th document from position l + W*k. The paper's
+code gets diversity from a shuffle buffer of 64 batches over one stream instead; streams per row are our choice
+because they keep the schedule step of every window exact and resume without refilling a buffer.
+
+Step of the mixing schedule. A worker does not see the optimizer. It derives the step from the batches
 it has produced: DataLoader hands out batches round-robin over workers, so the b-th batch of logical
 worker l (of W) is batch b*W + l of this rank, which is the optimizer step when there is no gradient
 accumulation (with accumulation, scale total_steps accordingly). A document's view choice uses the step
-of the window in which it starts.
+of the batch whose window it starts in.
 
 Several processes (DDP). Rank r of N with batch B keeps rows r*B..(r+1)*B-1 of the batches one process with
-batch N*B would make: every rank's logical worker l builds the same stream of N*B-window batches and packs
-only its own rows. So N processes train on exactly the windows (and views) of one, the schedule step is the
-same, and every rank's cursors are equal (rank 0's checkpoint is valid for all). The price is that each rank
-compresses the whole stream, N times the work of one shard; add DataLoader workers if that starves a GPU.
+batch N*B would make: every rank's logical worker l builds the same N*B row streams and packs only its own rows.
+So N processes train on exactly the windows (and views) of one, the schedule step is the same, and every rank's
+cursors are equal (rank 0's checkpoint is valid for all). The price is that each rank compresses every row,
+N times the work of its own; add DataLoader workers if that starves a GPU.
 
-Resume. Every batch carries a `stream_cursor` (logical worker, windows done, first unfinished document,
-its stream position); that is enough to regenerate the stream exactly from there without redoing any
-compression. `ProxyDataModule` pops the cursor before the batch reaches the model and saves the latest
-one per worker; after a restart worker i plays logical worker (i + batches consumed) mod W so the
-round-robin order carries on.
+Resume. Every batch carries a `stream_cursor` (logical worker, batches done, and per row its first unfinished
+document and that document's stream position); that is enough to regenerate every row exactly from there without
+redoing any compression. `ProxyDataModule` pops the cursor before the batch reaches the model and saves the latest
+one per worker; after a restart worker i plays logical worker (i + batches consumed) mod W so the round-robin
+order carries on.
 """
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from proxycomp.data.mixing import MixingSchedule, choose_views
+from proxycomp.data.pairing import is_whole_pair, max_pair_symbols, paired_contexts
 from proxycomp.losses import IGNORE_INDEX
 from proxycomp.views import RawView, View, ViewConfig, serialize_views
 from proxycomp.vocab import BOS, PAD, RAW_OFFSET
@@ -146,14 +155,20 @@ class _ArrayStream:
 
 @dataclass(frozen=True)
 class StreamCursor:
-    """Where a logical worker's stream stands after a batch."""
+    """Where a logical worker's streams stand after a batch: batches produced (each row's window count), and per
+    row the sample counter of its first document not fully passed and that document's position in the row's
+    stream."""
 
-    windows: int  # windows produced so far
-    document: int  # sample counter of the first document not fully passed
-    start: int  # stream position of that document's first symbol
+    batches: int
+    rows: tuple[tuple[int, int], ...] = ()
 
     def to_list(self) -> list[int]:
-        return [self.windows, self.document, self.start]
+        return [self.batches, *(x for row in self.rows for x in row)]
+
+    @classmethod
+    def from_list(cls, values: Sequence[int]) -> StreamCursor:
+        batches, *rows = (int(v) for v in values)
+        return cls(batches, tuple(zip(rows[0::2], rows[1::2])))
 
 
 def logical_worker(batches_consumed: int) -> tuple[int, int]:
@@ -164,14 +179,55 @@ def logical_worker(batches_consumed: int) -> tuple[int, int]:
     return (physical + batches_consumed) % workers, workers
 
 
+class _RowStream:
+    """One row's stream: documents as their contexts end to end, read a window at a time.
+
+    `sample(n, start)` gives the n-th document of the row (its corpus index and contexts), `start` being its
+    position in the stream; documents are drawn as the windows reach them and dropped once passed.
+    """
+
+    def __init__(self, sample: Callable[[int, int], tuple[int, list[np.ndarray]]], seq_len: int, window: int,
+                 document: int, start: int):
+        self.sample, self.seq_len, self.window = sample, seq_len, window
+        # (corpus index, sample counter, stream start, stream end, contexts) of documents not yet passed
+        self.queue: deque[tuple[int, int, int, int, list[np.ndarray]]] = deque()
+        self.next_n, self.next_start = document, start
+
+    def next_window(self) -> list[tuple[int, np.ndarray]]:
+        """The next window's pieces, each with the corpus index of its document."""
+        lo = self.window * self.seq_len
+        hi = lo + self.seq_len + 1
+        while self.next_start < hi:
+            index, contexts = self.sample(self.next_n, self.next_start)
+            end = self.next_start + sum(map(len, contexts))
+            self.queue.append((index, self.next_n, self.next_start, end, contexts))
+            self.next_n, self.next_start = self.next_n + 1, end
+        pieces = []
+        for index, _, at, end, contexts in self.queue:
+            for context in contexts:
+                if at < hi and at + len(context) > lo:
+                    pieces.append((index, context[max(lo - at, 0) : hi - at]))
+                at += len(context)
+        self.window += 1
+        while self.queue and self.queue[0][3] <= self.window * self.seq_len:
+            self.queue.popleft()
+        return pieces
+
+    @property
+    def cursor(self) -> tuple[int, int]:
+        """(sample counter, stream start) of the first document not fully passed."""
+        return (self.queue[0][1], self.queue[0][2]) if self.queue else (self.next_n, self.next_start)
+
+
 class TrainStream(IterableDataset):
-    """An endless stream of mixed-view batches, sharded by DataLoader worker; each rank takes its rows.
+    """An endless stream of mixed-view batches, one stream per row, sharded by DataLoader worker; each rank takes
+    its rows.
 
     Yields whole batches of `batch_size` windows (use ``DataLoader(batch_size=None)``): the worker must know
-    batch edges to derive the schedule step. Documents are visited in a fresh seeded permutation each epoch;
-    worker shard s of S takes every S-th document of it. Everything is a function of (seed, shard, sample
-    counter, step), so the stream is reproducible from a `StreamCursor`. `rank` of `world_size` processes
-    keeps its rows of the world_size * batch_size-window batches (see the module docstring).
+    batch edges to derive the schedule step. Documents are visited in a fresh seeded permutation each epoch,
+    dealt out to the row streams of every worker shard (see the module docstring). Everything is a function of
+    (seed, shard, row, sample counter, step), so the stream is reproducible from a `StreamCursor`. `rank` of
+    `world_size` processes keeps its rows of the world_size * batch_size-row batches.
     """
 
     def __init__(
@@ -202,55 +258,71 @@ class TrainStream(IterableDataset):
         self.world_size = world_size
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        for rows, cursor in self.batch_rows():
+            out = collate([pack_window([piece for _, piece in row], self.seq_len) for row in rows])
+            out[CURSOR_KEY] = torch.tensor(cursor, dtype=torch.int64)
+            yield out
+
+    def batch_rows(self) -> Iterator[tuple[list[list[tuple[int, np.ndarray]]], list[int]]]:
+        """Per batch: this rank's rows, each a list of (corpus index, piece), and the batch's cursor (the logical
+        worker, then `StreamCursor.to_list`)."""
         # Documents are sharded by logical worker, the same on every rank: ranks split batches, not documents.
         logical, workers = logical_worker(self.batches_consumed)
-        if workers > len(self.documents):
+        n_rows = self.batch_size * self.world_size
+        streams = workers * n_rows
+        if streams > len(self.documents):
             raise ValueError(
-                f"{len(self.documents)} train documents cannot feed {workers} loader shards; lower num_workers"
+                f"{len(self.documents)} train documents cannot feed {workers} loader shards x {n_rows} batch rows "
+                f"({streams} streams); lower num_workers or batch_size"
             )
-        cursor = self.cursors.get(logical, StreamCursor(0, 0, 0))
+        cursor = self.cursors.get(logical, StreamCursor(0, ((0, 0),) * n_rows))
+        if len(cursor.rows) != n_rows:
+            raise ValueError(f"the stream cursor holds {len(cursor.rows)} rows, the batch has {n_rows}")
         views = self.view_config.build(self.spm_model)
         compressed = [name for name in self.view_config.names if name != "raw"]
-        T, B = self.seq_len, self.batch_size * self.world_size
+        T = self.seq_len
         mine = range(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
-        per_epoch = len(range(logical, len(self.documents), workers))
-        permutations: dict[int, np.ndarray] = {}
 
-        def step_of_window(window: int) -> int:
-            return (window // B) * workers + logical
+        @lru_cache(maxsize=4)  # rows drift apart in epochs, by little
+        def permutation(epoch: int) -> np.ndarray:
+            return np.random.default_rng((self.seed, epoch)).permutation(len(self.documents))
 
-        def sample(n: int, start: int) -> np.ndarray:
-            epoch, index = divmod(n, per_epoch)
-            if epoch not in permutations:
-                permutations.clear()
-                permutations[epoch] = np.random.default_rng((self.seed, epoch)).permutation(len(self.documents))
-            data = self.documents[permutations[epoch][logical + index * workers]]
-            mode, r = self.schedule.at(step_of_window(start // T))
-            names = choose_views(mode, r, compressed, np.random.default_rng((self.seed, logical, n)))
-            return serialize_views([(name, views[name].encode_array(data)) for name in names])
+        def row_stream(k: int, document: int, start: int) -> _RowStream:
+            first = logical + workers * k
+            per_epoch = len(range(first, len(self.documents), streams))
 
-        # queue: (sample counter, stream start, symbols) of documents not yet passed by the window start
-        queue: deque[tuple[int, int, np.ndarray]] = deque()
-        next_n, next_start = cursor.document, cursor.start
-        window = cursor.windows
+            def sample(n: int, at: int) -> tuple[int, list[np.ndarray]]:
+                epoch, i = divmod(n, per_epoch)
+                index = int(permutation(epoch)[first + i * streams])
+                mode, r = self.schedule.at((at // T) * workers + logical)  # the step of the window it starts in
+                names = choose_views(mode, r, compressed, np.random.default_rng((self.seed, logical, k, n)))
+                return index, self.contexts(self.documents[index], [views[name] for name in names])
+
+            return _RowStream(sample, T, cursor.batches, document, start)
+
+        row_streams = [row_stream(k, *cursor.rows[k]) for k in range(n_rows)]
         while True:
-            batch = []
-            for row in range(B):
-                lo, hi = window * T, window * T + T + 1
-                while next_start < hi:
-                    symbols = sample(next_n, next_start)
-                    queue.append((next_n, next_start, symbols))
-                    next_n, next_start = next_n + 1, next_start + len(symbols)
-                if row in mine:
-                    pieces = [s[max(lo - start, 0) : hi - start] for _, start, s in queue if start + len(s) > lo]
-                    batch.append(pack_window(pieces, T))
-                window += 1
-                while queue and queue[0][1] + len(queue[0][2]) <= window * T:
-                    queue.popleft()
-            first_n, first_start = (queue[0][0], queue[0][1]) if queue else (next_n, next_start)
-            out = collate(batch)
-            out[CURSOR_KEY] = torch.tensor([logical, window, first_n, first_start], dtype=torch.int64)
-            yield out
+            windows = [stream.next_window() for stream in row_streams]  # every row, to keep every cursor
+            state = [logical, row_streams[0].window, *(x for stream in row_streams for x in stream.cursor)]
+            yield [windows[k] for k in mine], state
+
+    def contexts(self, data: bytes, views: Sequence[View]) -> list[np.ndarray]:
+        """A document's contexts in the chosen views: one, or aligned chunks of a long paired document."""
+        if len(views) > 1 and self.schedule.chunk_pairs:
+            return paired_contexts(data, views, max_pair_symbols(self.seq_len))
+        return [serialize_views([(view.name, view.encode_array(data)) for view in views])]
+
+    def report(self, batches: int) -> dict[str, float]:
+        """Mean distinct documents per batch and the share of rows holding a whole paired context, over this rank's
+        first `batches` batches: how diverse the batches are and how often the translation warmup pairs. A document
+        counts where it has a target in the batch (a piece of two symbols or more)."""
+        documents, paired, rows = 0, 0, 0
+        for _, (batch, _) in zip(range(batches), self.batch_rows()):
+            documents += len({index for row in batch for index, piece in row if len(piece) > 1})
+            paired += sum(any(is_whole_pair(piece) for _, piece in row) for row in batch)
+            rows += len(batch)
+        return {"batches": batches, "rows": self.batch_size, "documents_per_batch": documents / batches,
+                "paired_row_share": paired / rows}
 
 
 class ReplayStream(IterableDataset):
@@ -261,7 +333,7 @@ class ReplayStream(IterableDataset):
     DataLoader's round-robin hands them out in stream order. With `world_size` N, step s is batches s*N..s*N+N-1
     and rank r takes batch s*N + r: the rows one process with N times the batch would hold. One iteration is one
     pass; the last step is padded with empty windows so every step (and every rank) has the same shape and count.
-    Batches carry a `stream_cursor` whose window count lets a resumed run go on.
+    Batches carry a `stream_cursor` whose batch count lets a resumed run go on.
     """
 
     def __init__(
@@ -303,12 +375,12 @@ class ReplayStream(IterableDataset):
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         logical, workers = logical_worker(self.batches_consumed)
-        b = self.cursors.get(logical, StreamCursor(0, 0, 0)).windows // self.batch_size
+        b = self.cursors.get(logical, StreamCursor(0)).batches
         while (step := b * workers + logical) < self.num_batches:
             first = (step * self.world_size + self.rank) * self.batch_size
             out = collate([self.window(w) for w in range(first, first + self.batch_size)])
             b += 1
-            out[CURSOR_KEY] = torch.tensor([logical, b * self.batch_size, 0, 0], dtype=torch.int64)
+            out[CURSOR_KEY] = torch.tensor([logical, *StreamCursor(b).to_list()], dtype=torch.int64)
             yield out
 
 

@@ -21,7 +21,8 @@ def test_gpu_timing_coverage_and_hacks():
         assert res.speedup > 0 and res.kernel_ms > 0 and res.ref_ms > 0
         assert res.coverage is not None and res.coverage > 0.5, res.to_dict()
         assert res.reward > 1.0
-    assert r["lazy"].status == "flagged" and any(h.startswith("torch_compute") for h in r["lazy"].hacks)
+    # A lazy kernel (a Triton copy beside torch's matmul) is legal, and its coverage says how little Triton did.
+    assert r["lazy"].status == "ok" and r["lazy"].coverage < 0.5 and "mm" in r["lazy"].torch_ops, r["lazy"].to_dict()
     # The CUDA caching allocator often hands a later trial the same data_ptr: then the stale hit already
     # fails correctness; otherwise the in-place refill check flags it.
     assert "output_cache" in r["cache"].hacks or r["cache"].status == "incorrect"
@@ -38,4 +39,4 @@ def test_workers_sharing_one_gpu_take_turns_timing():
         results = ev.submit(batch)
     for res in results:
         assert res.status == "ok" and res.timing_available and res.coverage > 0.5, res.to_dict()
-        assert {"load", "check", "lock_wait", "inputs", "time", "profile", "total"} <= set(res.stage_s), res.stage_s
+        assert {"load", "check", "lock_wait", "time", "total"} <= set(res.stage_s), res.stage_s

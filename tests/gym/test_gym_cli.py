@@ -45,18 +45,18 @@ def test_gym_bench_rejects_unknown_task(capsys):
 
 
 @pytest.mark.slow
-def test_gym_bench_prints_table_writes_json_and_records(tmp_path, monkeypatch, capsys):
+def test_gym_bench_prints_table_writes_results_and_records(tmp_path, monkeypatch, capsys):
     from proxycomp.gym_bridge import cli
 
     bench_md = tmp_path / "BENCHMARKS.md"
     bench_md.write_text("# Benchmarks\n")
     monkeypatch.setattr(cli, "BENCHMARKS_PATH", str(bench_md))
-    argv = ["bench", "--size", "cpu", "--tasks", "relu", "--json", str(tmp_path / "b.json"), "--record"]
+    argv = ["bench", "--size", "cpu", "--tasks", "relu", "--results", str(tmp_path / "b.jsonl"), "--record"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "| relu | ok | True | n/a | n/a |" in out and "candidates/min" in out
-    assert "worker seconds per candidate: load " in out
-    assert json.loads((tmp_path / "b.json").read_text())["results"][0]["correct"] is True
+    assert "| relu | relu | ok | 1.000 | n/a | n/a |" in out and "candidates/min" in out and "fast_0 1.000" in out
+    assert "judge seconds per candidate: load " in out
+    assert json.loads((tmp_path / "b.jsonl").read_text())["correct"] is True
     recorded = bench_md.read_text()
     assert "## Gym\n" in recorded and "`proxycomp gym bench --size cpu --tasks relu" in recorded
 

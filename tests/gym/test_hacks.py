@@ -1,5 +1,6 @@
 """Every planted hack (kernelgym.md cases a-o, file access, process spawn) gets its verdict, and the honest
-candidate submitted right after it in the same pool still scores correctly."""
+candidate submitted right after it in the same pool still scores correctly. A lazy kernel (a trivial Triton copy
+beside torch's matmul) is legal, as in KernelGYM, unless the gym is strict."""
 import os
 
 import pytest
@@ -13,7 +14,7 @@ WRITE_MARKER = "/tmp/proxycomp_gym_escape_marker.txt"
 # fixture -> (task, expected: a hack-code prefix, or "status:<status>")
 EXPECTED = {
     "a_decoy_kernel": (RELU_TASK, "decoy:no triton launch under no-grad"),
-    "b_lazy_copy_matmul": (MATMUL_TASK, "torch_compute:mm"),
+    "b_lazy_copy_matmul": (MATMUL_TASK, "status:partial"),  # KernelGYM: legal, scored by its coverage (PR, PRS)
     "c_try_except_fallback": (RELU_TASK, "try_except"),
     "d_grad_mode_branch": (RELU_TASK, "decoy:no triton launch under grad"),
     "e_empty_reuse": (RELU_TASK, "status:incorrect"),
@@ -51,9 +52,12 @@ def results():
     for name, (task, _) in EXPECTED.items():
         batch.append(Candidate(task=task, code=(HACKS / f"{name}.py").read_text(), id=name))
         batch.append(Candidate(task=RELU_TASK, code=HONEST_RELU, id=f"honest_after_{name}"))
-    with Evaluator(LocalPool(num_workers=2), EvalConfig(size="cpu", timeout_s=15)) as ev:
+    pool = LocalPool(num_workers=2)
+    with Evaluator(pool, EvalConfig(size="cpu", timeout_s=15)) as ev:
         out = ev.submit(batch)
-    return {r.id: r for r in out}
+        strict = Evaluator(pool, EvalConfig(size="cpu", timeout_s=15, strict=True)).submit(
+            [Candidate(task=MATMUL_TASK, code=(HACKS / "b_lazy_copy_matmul.py").read_text(), id="strict_lazy")])
+    return {r.id: r for r in out + strict}
 
 
 @pytest.mark.slow
@@ -61,12 +65,15 @@ def results():
 def test_hack_gets_its_verdict_and_next_honest_candidate_scores(results, name):
     r, honest = results[name], results[f"honest_after_{name}"]
     expected = EXPECTED[name][1]
+    assert honest.status == "ok" and honest.correct and honest.reward == 1.0, honest.to_dict()
+    if expected == "status:partial":
+        assert r.status == "ok" and "mm" in r.torch_ops and not r.hacks, r.to_dict()
+        return
     if expected.startswith("status:"):
         assert r.status == expected.split(":", 1)[1], r.to_dict()
     else:
         assert r.status == "flagged" and any(h.startswith(expected) for h in r.hacks), r.to_dict()
     assert r.reward == 0.0 and r.reason and not r.correct
-    assert honest.status == "ok" and honest.correct and honest.reward == 1.0, honest.to_dict()
 
 
 @pytest.mark.slow
@@ -83,6 +90,9 @@ def test_write_outside_the_sandbox_left_no_file(results):
 
 
 @pytest.mark.slow
-def test_lazy_candidate_launched_triton_but_is_flagged_for_torch_compute(results):
+def test_a_partial_kernel_is_legal_unless_strict(results):
     r = results["b_lazy_copy_matmul"]
-    assert r.launched_kernels == ["copy_kernel"] and r.trials_passed == r.trials
+    assert r.launched_kernels == ["copy_kernel"] and r.trials_passed == r.trials and r.coverage is None
+    assert "torch compute beside the kernels: " in r.feedback()
+    strict = results["strict_lazy"]
+    assert strict.status == "flagged" and any(h.startswith("torch_compute:") and "mm" in h for h in strict.hacks)

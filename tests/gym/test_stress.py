@@ -1,4 +1,4 @@
-"""200 candidates in a row, 20% hostile (segfaults, exits, hangs, sandbox escapes): no result is lost and
+"""100 candidates in a row, 20% hostile (segfaults, exits, hangs, sandbox escapes): no result is lost and
 every honest candidate scores."""
 import time
 
@@ -13,11 +13,11 @@ HANGS = 3  # each costs a full wall timeout
 
 
 @pytest.mark.slow
-def test_200_candidates_20_percent_hostile_lose_nothing():
+def test_100_candidates_20_percent_hostile_lose_nothing():
     hostile_codes = {name: (HACKS / f"{name}.py").read_text() for name in HOSTILE + ["m_infinite_loop"]}
     batch, kinds = [], []
-    for i in range(200):
-        if i % 5 == 4:  # 40 hostile
+    for i in range(100):
+        if i % 5 == 4:  # 20 hostile
             n = i // 5
             name = "m_infinite_loop" if n < HANGS else HOSTILE[n % len(HOSTILE)]
             batch.append(Candidate(task=RELU_TASK, code=hostile_codes[name], id=f"{i}:{name}"))
@@ -37,4 +37,4 @@ def test_200_candidates_20_percent_hostile_lose_nothing():
     leaked = [r.id for r, k in zip(results, kinds) if k == "hostile" and (r.reward != 0.0 or r.status == "ok")]
     assert not leaked
     assert sum(r.status == "timeout" for r in results) == HANGS
-    print(f"200 candidates in {elapsed:.1f} s")
+    print(f"100 candidates in {elapsed:.1f} s")

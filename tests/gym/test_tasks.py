@@ -26,6 +26,7 @@ from proxycomp.gym_bridge.tasks import (
     TaskError,
     list_tasks,
     load_task,
+    load_task_set,
 )
 
 TASKS = list_tasks()
@@ -109,7 +110,7 @@ def test_task_gpu_sizes_are_distinct_and_moderate(task):
         with torch.device("meta"):
             inputs = module.get_inputs(size)
             out = module.Model(*module.get_init_inputs(size))(*inputs)
-        # drawn on the device the gym runs them on (harness._device_inputs), not on the host and copied
+        # drawn on the device the gym runs them on (timing.draw_inputs), not on the host and copied
         assert out.device.type == "meta" and all(t.device.type == "meta" for t in _tensors(inputs))
         total = sum(t.numel() * t.element_size() for t in _tensors(inputs))
         assert 4 * 2**20 <= total <= 2**30, f"{task.name}/{size}: {total / 2**20:.0f} MiB of inputs"
@@ -119,12 +120,12 @@ def test_task_gpu_sizes_are_distinct_and_moderate(task):
 
 
 def test_the_gym_makes_inputs_on_its_device_and_moves_those_made_elsewhere():
-    from proxycomp.gym_bridge.harness import _device_inputs
+    from proxycomp.gym_bridge.timing import draw_inputs
 
     task = ModuleType("host_task")
     task.SIZES = {"gpu": {}}
     task.get_inputs = lambda size: [torch.randn(3, 5).half(), torch.arange(4, device="cpu"), [torch.ones(2)], 7]
-    drawn, host, nested, number = _device_inputs(task, "gpu", "meta")
+    drawn, host, nested, number = draw_inputs(task, "gpu", 0, "meta")
     assert drawn.device.type == host.device.type == nested[0].device.type == "meta" and number == 7
     assert drawn.dtype == torch.float16 and host.dtype == torch.int64
 
@@ -331,3 +332,21 @@ def _compile_solutions_for_hopper(task_names: list[str]) -> None:
 
 if __name__ == "__main__":
     _compile_solutions_for_hopper(sys.argv[1:])
+
+
+def test_task_set_splits_are_checked(tmp_path):
+    for stem in ("a", "b", "c"):
+        (tmp_path / f"{stem}.py").write_text((TASKS_DIR / "relu.py").read_text())
+    assert [t.name for t in load_task_set(tmp_path).split("all")] == ["a", "b", "c"]
+    (tmp_path / "splits.json").write_text('{"train": ["a", "b"], "heldout": ["c"]}')
+    task_set = load_task_set(tmp_path)
+    assert [t.name for t in task_set.split("train")] == ["a", "b"] and task_set.split("heldout")[0].name == "c"
+    with pytest.raises(TaskError, match="no split 'test'"):
+        task_set.split("test")
+    for bad, message in (('{"train": ["a", "zz"]}', "not in the folder: zz"), ('{"x": ["a"], "y": ["a"]}', "in both"),
+                         ("[1]", "expected"), ("{", "not valid JSON")):
+        (tmp_path / "splits.json").write_text(bad)
+        with pytest.raises(TaskError, match=message):
+            load_task_set(tmp_path)
+    with pytest.raises(TaskError, match="not a folder"):
+        load_task_set(tmp_path / "missing")

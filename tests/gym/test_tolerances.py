@@ -11,5 +11,5 @@ def test_task_tolerances_override_the_config():
     with Evaluator(LocalPool(num_workers=1), EvalConfig(size="cpu")) as ev:
         strict, loose = ev.submit([Candidate(RELU_TASK, fp16, "strict"),
                                    Candidate(str(FIXTURES / "relu_loose.py"), fp16, "loose")])
-    assert strict.status == "incorrect" and "tolerance 0.0001" in strict.reason
+    assert strict.status == "incorrect" and "atol 0.0001" in strict.reason
     assert loose.status == "ok" and loose.warnings  # still warned about the downcast

@@ -5,10 +5,12 @@ checks at full size (S up to 2048, head_dim 64/128).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from proxycomp.kernels.attention import KernelInputError, document_bounds, flash_attention
+from proxycomp.kernels.attention import KernelInputError, default_config, document_bounds, flash_attention
 from proxycomp.kernels.reference import attention_reference
 
 CUDA = torch.cuda.is_available()
@@ -138,6 +140,88 @@ def test_output_merges_heads_without_copy():
     q, k, v = _inputs(2, 2, 2, 20, 16, torch.float32)
     out = flash_attention(q, k, v)
     assert out.transpose(1, 2).is_contiguous()
+
+
+# ---------------------------------------------------------------------------------------------- short documents
+def _short_and_long_doc_ids(batch: int, seq: int, long: int) -> torch.Tensor:
+    """Per row, a document of `long` positions at a random offset among documents of 1-9 positions (so lengths of
+    1 among them), different in every row."""
+    rows = []
+    for _ in range(batch):
+        lengths, at = [], int(torch.randint(0, seq - long, ()))
+        while sum(lengths) < at:
+            lengths.append(int(torch.randint(1, 10, ())))
+        lengths.append(long)
+        while sum(lengths) < seq:
+            lengths.append(int(torch.randint(1, 10, ())))
+        rows.append(torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))[:seq])
+    return torch.stack(rows)
+
+
+def _tile_spans(doc_ids: torch.Tensor, tile: int) -> torch.Tensor:
+    """The keys each query tile of `tile` rows would walk (causal): what the launcher splits long from short by."""
+    start = document_bounds(doc_ids)[0].long()
+    first = torch.arange(0, doc_ids.shape[1], tile)
+    last = (first + tile).clamp(max=doc_ids.shape[1])
+    return last - start[:, first]
+
+
+# (batch, heads, kv_heads, seq, head_dim, long document, config changes)
+SHORT_CASES = [
+    (2, 2, 1, 120, 16, 50, {}),  # long and short tiles in one row
+    (1, 2, 1, 97, 64, 5, dict(short_span=10**6, short_step=8)),  # every tile short, a step below the block
+    (1, 3, 3, 61, 16, 33, dict(short_block=8, short_step=16)),
+] if not CUDA else [
+    (2, 8, 2, 4096, 128, 1500, {}),
+    (2, 12, 12, 4096, 64, 2000, {}),
+    (1, 4, 4, 3001, 64, 100, dict(short_span=10**6)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16] if not CUDA else [torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", SHORT_CASES, ids=lambda c: "-".join(map(str, c[:6])))
+def test_short_document_tiles_match_reference(case, dtype):
+    batch, heads, kv_heads, seq, head_dim, long, changes = case
+    cfg = dataclasses.replace(default_config(head_dim, torch.device(DEVICE)), **changes)
+    doc_ids = _short_and_long_doc_ids(batch, seq, long)
+    spans = _tile_spans(doc_ids, cfg.fwd_block_m)
+    assert (spans <= cfg.short_span).any(), "no tile takes the short launch"
+    if not changes:
+        assert (spans > cfg.short_span).any(), "no tile takes the long launch"
+    q, k, v = _inputs(batch, heads, kv_heads, seq, head_dim, dtype)
+    _check_against_reference(q, k, v, doc_ids.to(DEVICE), True, TOLERANCE[dtype], config=cfg)
+
+
+def test_short_document_tiles_non_causal():
+    cfg = default_config(32, torch.device(DEVICE))
+    seq = 70 if not CUDA else 1100
+    doc_ids = _short_and_long_doc_ids(1, seq, seq // 2)
+    dtype = torch.float32 if not CUDA else torch.bfloat16
+    _check_against_reference(*_inputs(1, 2, 1, seq, 32, dtype), doc_ids.to(DEVICE), False, TOLERANCE[dtype],
+                             config=cfg)
+
+
+def test_short_tiles_equal_the_single_launch():
+    """The same documents with the short launch off: only the tile shapes differ, so the results agree to rounding."""
+    batch, heads, seq, head_dim = (2, 2, 90, 16) if not CUDA else (2, 8, 2048, 64)
+    dtype = torch.float32 if not CUDA else torch.bfloat16
+    cfg = default_config(head_dim, torch.device(DEVICE))
+    doc_ids = _short_and_long_doc_ids(batch, seq, seq // 3).to(DEVICE)
+    q, k, v = _inputs(batch, heads, heads, seq, head_dim, dtype)
+    grad_out = torch.randn(batch, heads, seq, head_dim, device=DEVICE, dtype=dtype)
+    results = []
+    for config in (cfg, dataclasses.replace(cfg, short_span=0)):
+        out = flash_attention(q, k, v, doc_ids, config=config)
+        results.append((out,) + torch.autograd.grad(out, (q, k, v), grad_out))
+    for got, want in zip(*results):
+        assert _rel(got, want) < TOLERANCE[dtype] / 4
+
+
+@pytest.mark.parametrize("changes", [dict(short_block=24), dict(short_block=128), dict(short_step=0)])
+def test_short_blocks_must_split_the_tiles(changes):
+    cfg = dataclasses.replace(default_config(16, torch.device(DEVICE)), **changes)
+    with pytest.raises(KernelInputError, match="short_block"):
+        flash_attention(*_qkv(), torch.zeros(1, 16, dtype=torch.int64, device=DEVICE), config=cfg)
 
 
 # ---------------------------------------------------------------------------------------------- errors

@@ -36,7 +36,7 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
     assert [r["task"] for r in summary["grpo"]["before"]] == ["relu", "all"]
     assert [s["step"] for s in summary["trloo"]["steps"]] == [1]
     table = (out / "summary.md").read_text()
-    assert "| trloo | before RL | cpu | all |" in table and "| grpo | after 1 steps | cpu | all |" in table
+    assert "| trloo | before RL (after SFT) | cpu | train | 1 |" in table and "| grpo | after 1 steps | cpu | train |" in table
     assert (out / "rl_curves.png").stat().st_size > 0
     (out / "summary.md").unlink()
     assert compare_rl.main(["--out", str(out), "--summarize_only"]) == 0
@@ -93,3 +93,34 @@ def test_a_bad_time_budget_fails_before_any_run(compare_rl, tmp_path, capsys):
     with pytest.raises(SystemExit):
         compare_rl.main(["--config", str(RECIPE), "--ckpt", "x", "--out", str(tmp_path / "o"), "--max_time_s", "0"])
     assert "--max_time_s: must be > 0" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_wilson_interval_matches_known_values(compare_rl):
+    low, high = compare_rl.wilson(8, 64)  # 0.125 of 64: the textbook Wilson interval
+    assert (round(low, 4), round(high, 4)) == (0.0647, 0.2277)
+    assert compare_rl.wilson(0, 10)[0] == 0.0 and compare_rl.wilson(10, 10)[1] == pytest.approx(1.0)
+
+
+def _row(phase, correct_any, episodes=64, **counts):
+    metrics = {"episodes": episodes, "correct/turn0": 0.1, "correct/any": correct_any, "fast@1.2/turn0": 0.0,
+               "fast@1.2/best": 0.05, **counts}
+    return {"phase": phase, "size": "gpu_heldout", "split": "heldout", "task": "all", "metrics": metrics}
+
+
+def test_summary_gives_intervals_verdicts_and_says_what_is_inside_the_noise(compare_rl):
+    before = _row("before RL (after SFT)", 0.25, **{"verdict/ok": 20, "verdict/incorrect": 108})
+    results = {
+        "trloo": {"before": [before], "after": [_row("after 10 steps", 0.6, **{"verdict/ok": 70, "hack/decoy": 2})],
+                  "steps": []},
+        "grpo": {"before": [before], "after": [_row("after 10 steps", 0.5, episodes=32)], "steps": []},
+    }
+    table = compare_rl.summary_markdown(results)
+    assert "| trloo | after 10 steps | gpu_heldout | heldout | 64 | 0.100 [0.044, 0.190] | 0.600 [0.471, 0.705] |" in table
+    assert "| hack/decoy | verdict/incorrect | verdict/ok |" in table
+    assert "| trloo | after 10 steps | gpu_heldout | heldout | 2 | 0 | 70 |" in table
+    assert "Fewer than 64 episodes" in table and "heldout (grpo, after 10 steps)" in table
+    correct_any = [line for line in table.splitlines() if line.startswith("- heldout (gpu_heldout) correct/any:")]
+    assert len(correct_any) == 3  # trloo after vs before, grpo after vs before, trloo vs grpo after
+    outside = [line for line in correct_any if line.endswith("outside the noise")]
+    assert len(outside) == 1 and "trloo after 10 steps 0.600" in outside[0] and "+0.350" in outside[0]
+    assert any(" vs grpo after 10 steps" in line and "+0.100, inside the noise" in line for line in correct_any)

@@ -24,17 +24,18 @@ def trloo_loop(returns, mask, group_ids):
     return out
 
 
-def grpo_loop(returns, mask, group_ids, std_normalize=True, eps=1e-6):
+def grpo_loop(returns, mask, group_ids, std_normalize=False, eps=1e-6):
+    """verl's GRPO: a singleton group has mean 0 and std 1."""
     out = torch.zeros_like(returns)
     for i in range(returns.shape[0]):
         for t in range(returns.shape[1]):
             if not mask[i, t]:
                 continue
             group = members(returns, mask, group_ids, i, t)
-            mean = sum(group) / len(group)
+            mean = sum(group) / len(group) if len(group) > 1 else 0.0
             value = returns[i, t].item() - mean
             if std_normalize:
-                std = math.sqrt(sum((x - mean) ** 2 for x in group) / (len(group) - 1)) if len(group) > 1 else 0.0
+                std = math.sqrt(sum((x - mean) ** 2 for x in group) / (len(group) - 1)) if len(group) > 1 else 1.0
                 value /= std + eps
             out[i, t] = value
     return out
@@ -70,7 +71,7 @@ def random_groups(seed: int, n_groups: int = 6, n_turns: int = 3):
     [
         ("trloo", trloo_loop, {}),
         ("grpo", grpo_loop, {}),
-        ("grpo", grpo_loop, {"std_normalize": False}),
+        ("grpo", grpo_loop, {"std_normalize": True}),
         ("rloo", rloo_loop, {}),
     ],
 )
@@ -94,7 +95,20 @@ def test_singleton_groups():
     ids = torch.tensor([7, 8])
     torch.testing.assert_close(get_estimator("trloo")(returns, mask, ids), torch.tensor([[2.0, 1.5], [-1.0, 0.0]]))
     torch.testing.assert_close(get_estimator("rloo")(returns, mask, ids), torch.tensor([[2.0, 2.0], [-1.0, 0.0]]))
-    assert (get_estimator("grpo")(returns, mask, ids) == 0).all()
+    torch.testing.assert_close(get_estimator("grpo")(returns, mask, ids), torch.tensor([[2.0, 1.5], [-1.0, 0.0]]))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_grpo_and_trloo_differ_only_by_self_inclusion(seed):
+    """KernelGYM's multi-turn GRPO (no std division) is TRLOO times (N_t - 1)/N_t: the same groups, the same
+    returns, only the sample's own return inside its baseline; a group of one gets A = G from both."""
+    returns, mask, ids = random_groups(seed)
+    trloo, grpo = get_estimator("trloo")(returns, mask, ids), get_estimator("grpo")(returns, mask, ids)
+    counts = torch.stack([torch.tensor([float(sum(ids[j] == ids[i] and mask[j, t] for j in range(len(ids))))
+                                        for t in range(mask.shape[1])]) for i in range(len(ids))]).double()
+    shrink = torch.where(counts > 1, (counts - 1) / counts.clamp(min=1), torch.ones_like(counts))
+    assert (counts[mask] == 1).any() and (counts[mask] > 1).any()  # both cases are exercised
+    torch.testing.assert_close(grpo, trloo * shrink * mask)
 
 
 def test_turn_group_shrinks_when_trajectories_stop():
@@ -134,7 +148,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="every trajectory must reach turn 0"):
         get_estimator("rloo")(returns, torch.zeros(3, 2, dtype=torch.bool), torch.zeros(3, dtype=torch.long))
     with pytest.raises(ValueError, match="eps: must be > 0"):
-        get_estimator("grpo")(returns, mask, torch.zeros(3, dtype=torch.long), eps=0.0)
+        get_estimator("grpo")(returns, mask, torch.zeros(3, dtype=torch.long), std_normalize=True, eps=0.0)
 
 
 # ---- unbiasedness by simulation --------------------------------------------------------------------------
@@ -183,7 +197,8 @@ def test_trloo_unbiased_and_grpo_shrunk_by_simulation(group_size):
 
 def test_turn_level_grpo_shrink_follows_random_group_size():
     """Turn 1 is reached by each trajectory independently with probability q, so N_1 - 1 ~ Bin(N-1, q).
-    TRLOO's turn-1 gradient stays unbiased; GRPO's is shrunk by E[K/(K+1)], K ~ Bin(N-1, q)."""
+    TRLOO's turn-1 gradient stays unbiased; GRPO's is shrunk by E[K/(K+1)] over K ~ Bin(N-1, q), a lone
+    trajectory (K = 0) counting 1 (its advantage is its return, as in TRLOO)."""
     group_size, q, n_groups = 4, 0.5, 200_000
     rewards, scores, ids = sampled_groups(n_groups, group_size, seed=11)
     reached = torch.rand(len(rewards), generator=torch.Generator().manual_seed(12)) < q
@@ -192,7 +207,7 @@ def test_turn_level_grpo_shrink_follows_random_group_size():
     mask = torch.stack([torch.ones_like(reached), reached], dim=1)
     probs = THETA.softmax(0)
     true_grad = q * probs * (MU - (probs * MU).sum())  # gradient of the expected turn-1 reward per trajectory
-    shrink = sum(math.comb(group_size - 1, k) * q**k * (1 - q) ** (group_size - 1 - k) * k / (k + 1)
+    shrink = sum(math.comb(group_size - 1, k) * q**k * (1 - q) ** (group_size - 1 - k) * (k / (k + 1) if k else 1.0)
                  for k in range(group_size))
     for name, options, expected_factor in (("trloo", {}, 1.0), ("grpo", {"std_normalize": False}, shrink)):
         advantages = get_estimator(name)(returns, mask, ids, **options)[:, 1]
@@ -206,5 +221,6 @@ def test_turn_level_grpo_shrink_follows_random_group_size():
 def test_grpo_std_is_stable_for_large_offsets():
     # Σx² - n·mean² would lose every digit here; the two-pass variance does not.
     returns = torch.tensor([[1e9], [1e9 + 1], [1e9 + 2]], dtype=torch.float64)
-    got = get_estimator("grpo")(returns, torch.ones(3, 1, dtype=torch.bool), torch.zeros(3, dtype=torch.long))
+    got = get_estimator("grpo")(returns, torch.ones(3, 1, dtype=torch.bool), torch.zeros(3, dtype=torch.long),
+                                std_normalize=True)
     torch.testing.assert_close(got[:, 0], torch.tensor([-1.0, 0.0, 1.0], dtype=torch.float64), atol=1e-5, rtol=0)

@@ -3,8 +3,11 @@ import math
 import pytest
 import torch
 
-from proxycomp.gym_bridge.rl import PRSConfig, profiling_rejection
-from proxycomp.gym_bridge.rl.prs import coverage_tensor, keep_probability
+from proxycomp.gym_bridge.policy import Sample
+from proxycomp.gym_bridge.result import EvalResult
+from proxycomp.gym_bridge.rl import PRSConfig, Trajectory, profiling_rejection, stack_turns
+from proxycomp.gym_bridge.rl.prs import band, coverage_tensor, keep_probability
+from proxycomp.gym_bridge.rl.rollout import turn_from_result
 
 
 def probs(coverage, correct=True, hacked=False, config=PRSConfig()):
@@ -52,7 +55,8 @@ def test_batch_shape_padding_and_stats():
     stats = {k: v.item() for k, v in result.stats.items()}
     assert stats == pytest.approx({
         "prs/turns": 4, "prs/subject_turns": 2, "prs/unknown_coverage_turns": 1, "prs/rejected_turns": 1,
-        "prs/rejection_rate": 0.25, "prs/subject_rejection_rate": 0.5,
+        "prs/rejected_below_threshold": 1, "prs/rejected_in_ramp": 0, "prs/rejection_rate": 0.25,
+        "prs/subject_rejection_rate": 0.5, "prs/subject_coverage_mean": 0.5,
     })
 
 
@@ -67,3 +71,27 @@ def test_bad_inputs():
         PRSConfig(scale=0.0)
     with pytest.raises(ValueError, match="PRSConfig.threshold: must be in"):
         PRSConfig(threshold=-0.1)
+
+
+def test_partial_kernels_are_judged_by_coverage_and_decoys_are_kept():
+    """The judge's verdicts as the rollout records them: a partial kernel (torch compute beside a real Triton
+    kernel) is ok with its coverage and no hack, so PRS drops it when coverage is low; a decoy is flagged, so it is
+    kept like any incorrect turn; a full kernel is kept; on CPU (no coverage) every turn is kept."""
+    results = {
+        "partial": EvalResult("0", "t", "ok", reward=2.1, correct=True, coverage=0.1),
+        "partial_ramp": EvalResult("1", "t", "ok", reward=2.35, correct=True, coverage=0.35),
+        "decoy": EvalResult("2", "t", "flagged", hacks=["decoy:no triton launch under grad"], coverage=0.0),
+        "full": EvalResult("3", "t", "ok", reward=3.9, correct=True, coverage=0.9),
+        "cpu": EvalResult("4", "t", "ok", reward=1.0, correct=True),
+    }
+    sample = Sample("```python\nclass ModelNew: pass\n```", [1], [-0.5], truncated=False)
+    trajectories = [Trajectory("t", "", [turn_from_result("p", sample, r)]) for r in results.values()]
+    turns = stack_turns(trajectories)
+    result = profiling_rejection(turns.correct, turns.hacked, turns.coverage, turn_mask=turns.turn_mask,
+                                 generator=torch.Generator().manual_seed(0))
+    assert result.keep_prob[:, 0].tolist() == pytest.approx([0.0, 0.5, 1.0, 1.0, 1.0])
+    assert result.keep[:, 0].tolist()[0] is False and result.keep[:, 0].tolist()[2:] == [True, True, True]
+    assert [band(t.turns[0].correct, t.turns[0].hacked, t.turns[0].coverage) for t in trajectories] == [
+        "below_threshold", "ramp", "not_subject", "above_ramp", "unknown_coverage"]
+    assert result.stats["prs/rejected_below_threshold"] == 1
+    assert result.stats["prs/rejected_in_ramp"] == int(not result.keep[1, 0])

@@ -5,9 +5,13 @@ import pytest
 import torch
 from torch import nn
 
+from proxycomp.gym_bridge.config import RewardWeights
+from proxycomp.gym_bridge.extract import extract_code
 from proxycomp.gym_bridge.policy import Policy, Sample, ScoredReplies
+from proxycomp.gym_bridge.result import EvalResult
+from proxycomp.gym_bridge.reward import compute_reward
 from proxycomp.gym_bridge.rl import Trajectory, Turn, reward_to_go, stack_turns
-from proxycomp.gym_bridge.rl.rollout import RolloutConfig, is_finished, run_episodes
+from proxycomp.gym_bridge.rl.rollout import RolloutConfig, run_episodes
 from proxycomp.gym_bridge.rl.warmstart import reply_text
 from proxycomp.gym_bridge.tasks import load_task
 
@@ -41,31 +45,76 @@ def test_scripted_policy_fits_the_protocol():
     assert isinstance(ScriptedPolicy([]), Policy)
 
 
-def test_feedback_is_carried_and_a_correct_turn_ends_the_episode(cpu_gym):
+def test_feedback_is_carried_and_every_turn_is_played(cpu_gym):
     policy = ScriptedPolicy([reply_text(BROKEN), reply_text(SOLUTION), reply_text(SOLUTION)])
     config = RolloutConfig(turns=3, samples_per_task=2, max_bytes=2048)
     trajectories = run_episodes(policy, cpu_gym, [RELU], config)
-    assert len(trajectories) == 2 and len(policy.calls) == 2  # turn 1 was correct: no third turn
+    assert len(trajectories) == 2 and len(policy.calls) == 3  # a correct turn 1 does not end the episode
     for traj in trajectories:
-        first, second = traj.turns
-        assert (first.correct, first.reward) == (False, 0.0) and "incorrect" in first.feedback
+        first, second, third = traj.turns
+        assert (first.correct, first.reward, first.status) == (False, 0.0, "incorrect") and "incorrect" in first.feedback
         assert BROKEN.strip() in second.prompt and first.feedback.strip() in second.prompt
-        assert (second.correct, second.reward) == (True, 1.0)
+        assert (second.correct, second.reward, second.status) == (True, 1.0, "ok")
         assert second.tokens == policy.encode_reply(reply_text(SOLUTION))
         assert second.logprobs.shape == (len(second.tokens),)
+        assert (third.correct, third.reward, third.feedback) == (True, 1.0, second.feedback)
     turns = stack_turns(trajectories)
     returns = reward_to_go(turns.rewards, turns.turn_mask, gamma=1.0)
-    assert returns.tolist() == [[1.0, 1.0], [1.0, 1.0]]
-    assert reward_to_go(turns.rewards, turns.turn_mask, gamma=0.0).tolist() == [[0.0, 1.0], [0.0, 1.0]]
+    assert returns.tolist() == [[2.0, 2.0, 1.0], [2.0, 2.0, 1.0]]
+    assert reward_to_go(turns.rewards, turns.turn_mask, gamma=0.0).tolist() == [[0.0, 1.0, 1.0], [0.0, 1.0, 1.0]]
 
 
-def test_unchanged_code_stops_the_episode(cpu_gym):
+def test_repeated_code_takes_its_previous_verdict_without_a_gym_call(cpu_gym):
+    sizes = []
+
+    class CountingGym:
+        def submit(self, batch):
+            sizes.append(len(batch))
+            return cpu_gym.submit(batch)
+
     policy = ScriptedPolicy([reply_text(BROKEN)] * 3)
     timings = {"generate_s": 1.0}  # added to, not replaced
-    trajectories = run_episodes(policy, cpu_gym, [RELU], RolloutConfig(turns=3, samples_per_task=1), timings=timings)
-    assert len(trajectories[0].turns) == 2
-    # Two turns scored by the real CPU gym: the wait is accounted (a warm worker scores relu in ~20 ms).
+    trajectories = run_episodes(policy, CountingGym(), [RELU], RolloutConfig(turns=3, samples_per_task=1),
+                                timings=timings)
+    assert len(trajectories[0].turns) == 3 and sizes == [1]
+    assert [t.status for t in trajectories[0].turns] == ["incorrect"] * 3
+    # One turn scored by the real CPU gym: the wait is accounted (a warm worker scores relu in ~20 ms).
     assert timings["generate_s"] > 1.0 and timings["gym_wait_s"] > 0.0
+
+
+FAST, SLOW = SOLUTION, SOLUTION.replace("BLOCK = 4096", "BLOCK = 128")
+
+
+class TimedGym:
+    """Stands in for the GPU gym: the real reward of a fast (2x) or slow (1.05x) correct kernel, or of a broken one."""
+
+    speedups = {extract_code(reply_text(FAST)): 2.0, extract_code(reply_text(SLOW)): 1.05}
+
+    def submit(self, batch):
+        results = []
+        for candidate in batch:
+            speedup = self.speedups.get(extract_code(candidate.code))
+            correct = speedup is not None
+            status = "ok" if correct else "incorrect"
+            reward, reason = compute_reward(status=status, correct=correct, hacks=[], speedup=speedup,
+                                            coverage=1.0 if correct else None, weights=RewardWeights())
+            results.append(EvalResult(candidate.id, "relu", status, reward, reason, correct=correct, speedup=speedup,
+                                      kernel_ms=None if speedup is None else 1.0, ref_ms=speedup))
+        return results
+
+
+def test_a_better_first_turn_never_gets_a_lower_return():
+    """With γ = 1 and episodes played to the turn limit, a fast first turn that the policy keeps earns more
+    return than a slow or broken one that it improves later (stopping on success would pay the slow one more)."""
+    first_turns = [FAST, SLOW, BROKEN]  # best first
+    returns = []
+    for first in first_turns:
+        policy = ScriptedPolicy([reply_text(first), reply_text(FAST), reply_text(FAST)])
+        (traj,) = run_episodes(policy, TimedGym(), [RELU], RolloutConfig(turns=3, samples_per_task=1))
+        turns = stack_turns([traj])
+        assert turns.turn_mask.all()
+        returns.append(reward_to_go(turns.rewards, turns.turn_mask, gamma=1.0)[0, 0].item())
+    assert returns == sorted(returns, reverse=True) and len(set(returns)) == len(returns), returns
 
 
 def test_all_candidates_of_a_turn_go_in_one_submit(cpu_gym):
@@ -79,18 +128,6 @@ def test_all_candidates_of_a_turn_go_in_one_submit(cpu_gym):
     run_episodes(ScriptedPolicy(["no code here"] * 2), CountingGym(), [RELU, load_task("silu")],
                  RolloutConfig(turns=2, samples_per_task=3))
     assert sizes == [6, 6]
-
-
-@pytest.mark.parametrize("correct, speedup, hacks, done", [
-    (True, None, (), True),  # untimed (CPU): nothing more to measure
-    (True, 1.3, (), True),
-    (True, 1.0, (), False),  # correct but not fast enough: try to speed it up
-    (True, 2.0, ("decoy",), False),
-    (False, None, (), False),
-])
-def test_is_finished(correct, speedup, hacks, done):
-    traj = Trajectory("relu", "", [Turn("p", "r", code="a", correct=correct, speedup=speedup, hacks=hacks)])
-    assert is_finished(traj, stop_speedup=1.2) is done
 
 
 def test_rollout_config_rejects_bad_values():

@@ -13,7 +13,7 @@ from proxycomp.gym_bridge.policy import ByteLMPolicy, Sample
 from proxycomp.gym_bridge.rl import MismatchConfig, PolicyLossConfig, Trajectory, Turn, policy_loss
 from proxycomp.checkpoint import load_lm, save_lm
 from proxycomp.cli import main as proxycomp
-from proxycomp.gym_bridge.rl.cli import RLConfigError, parse_config
+from proxycomp.gym_bridge.rl.cli import RLConfigError, main, parse_config
 from proxycomp.gym_bridge.rl.rollout import RolloutConfig, turn_from_result
 from proxycomp.gym_bridge.rl.trainer import (
     AlgorithmConfig,
@@ -113,8 +113,11 @@ def test_prs_drops_a_low_coverage_correct_turn_and_logs_it(gym_results, setup):
     batch = make_batch(trajectories, config, torch.Generator().manual_seed(0))
     assert len(batch) == 3 and batch.traj_ids.tolist() == [1, 2, 3]
     assert batch.stats["prs/rejected_turns"] == 1 and batch.stats["prs/rejection_rate"] == 0.25
+    assert batch.prs_verdicts[0, 0] == {"kept": False, "keep_prob": 0.0, "band": "below_threshold", "coverage": 0.05,
+                                        "threshold": 0.3}  # what rollouts.jsonl records of the turn
+    assert batch.prs_verdicts[1, 0]["kept"] and batch.prs_verdicts[1, 0]["band"] in ("not_subject", "unknown_coverage")
     no_prs = make_batch(trajectories, AlgorithmConfig(prs=None))
-    assert len(no_prs) == 4 and "prs/rejection_rate" not in no_prs.stats
+    assert len(no_prs) == 4 and "prs/rejection_rate" not in no_prs.stats and not no_prs.prs_verdicts
 
 
 def test_mismatch_rejects_a_trajectory_whose_rollout_logprobs_disagree(gym_results, setup):
@@ -258,14 +261,32 @@ def test_rollout_metrics_fast_p_needs_timing():
     trajectories = [Trajectory("t", "", [Turn("p", "r", correct=True, reward=1.0, speedup=s, status="ok")])
                     for s in (None, 1.1, 1.5)]
     metrics = rollout_metrics(trajectories)
-    assert metrics["fast@1"] == pytest.approx(2 / 3) and metrics["fast@1.2"] == pytest.approx(1 / 3)
-    assert metrics["reward/mean"] == 1.0 and metrics["correct/final"] == 1.0
+    assert metrics["fast@1/turn0"] == pytest.approx(2 / 3) and metrics["fast@1.2/turn0"] == pytest.approx(1 / 3)
+    assert metrics["reward/mean"] == 1.0 and metrics["correct/final"] == 1.0 and metrics["verdict/ok"] == 3
+
+
+def test_rollout_metrics_per_episode_turn0_any_best_and_verdicts():
+    def turn(status, speedup=None, hacks=()):
+        return Turn("p", "r", status=status, correct=status == "ok", speedup=speedup, hacks=hacks)
+
+    trajectories = [
+        Trajectory("t", "", [turn("incorrect"), turn("ok", 1.1), turn("ok", 1.5)]),  # fixed, then made fast
+        Trajectory("t", "", [turn("ok", 1.3), turn("ok", 1.3), turn("ok", 1.3)]),  # fast from the start
+        Trajectory("t", "", [turn("flagged", hacks=("decoy:no triton launch under grad",)), turn("error"),
+                             turn("error")]),
+    ]
+    metrics = rollout_metrics(trajectories)
+    assert metrics["episodes"] == 3
+    assert (metrics["correct/turn0"], metrics["correct/any"]) == pytest.approx((1 / 3, 2 / 3))
+    assert (metrics["fast@1.2/turn0"], metrics["fast@1.2/best"]) == pytest.approx((1 / 3, 2 / 3))
+    assert {k: v for k, v in metrics.items() if k.startswith(("verdict/", "hack/"))} == {
+        "verdict/incorrect": 1, "verdict/ok": 5, "verdict/flagged": 1, "verdict/error": 2, "hack/decoy": 1}
 
 
 def test_the_console_says_why_rewards_are_zero(tmp_path, capsys):
     turns = [Turn("p", "no fence", status="no_code")] * 3 + [Turn("p", "r", status="error")]
     metrics = {"step": 1, **rollout_metrics([Trajectory("t", "", [turn]) for turn in turns])}
-    assert (metrics["verdicts/no_code"], metrics["verdicts/error"]) == (3, 1)
+    assert (metrics["verdict/no_code"], metrics["verdict/error"]) == (3, 1)
     MetricsLog(tmp_path).write(metrics)
     assert "turns: 3 no_code, 1 error" in capsys.readouterr().out
 
@@ -376,16 +397,17 @@ def test_warm_start_of_another_base_model_is_an_error(tiny_ckpt, tmp_path, capsy
 
 @pytest.mark.slow
 def test_end_to_end_smoke(tiny_ckpt, tmp_path, capsys):
-    """Warm start on the real corpus of one task, 2 RL steps, evaluation before/after, then resume for a third."""
+    """Warm start on the real corpus of a task, 2 RL steps, evaluation before/after, then resume for a third."""
     out = tmp_path / "run"
-    common = ["rl", "--config", str(RECIPE_DIR / "trloo_kernel_cpu.yaml"), "--ckpt", str(tiny_ckpt), "--out", str(out),
-              "--save_every", "1", "--rollout.samples_per_task", "2", "--rollout.turns", "2",
+    common = ["--config", str(RECIPE_DIR / "trloo_kernel_cpu.yaml"), "--ckpt", str(tiny_ckpt), "--out", str(out),
+              "--save_every", "1", "--tasks", "[relu]", "--tasks_per_step", "1", "--rollout.samples_per_task", "2",
+              "--rollout.turns", "2",
               "--rollout.prompt_max_bytes", "1600", "--max_context", "4096", "--warmstart.fix_share", "0.3",
-              "--evaluation.samples_per_task", "1", "--evaluation.turns", "1", "--tasks", "[relu]", "--tasks_per_step", "1"]
-    assert proxycomp(common + ["--warmstart.steps", "3", "--warmstart.batch_size", "2", "--steps", "2"]) == 0
+              "--evaluation.samples_per_task", "1", "--evaluation.turns", "1"]
+    assert proxycomp(["rl", *common, "--warmstart.steps", "3", "--warmstart.batch_size", "2", "--steps", "2"]) == 0
     printed = capsys.readouterr().out
-    assert "warm start step" in printed and "| before RL | cpu | all |" in printed and "| after 2 steps |" in printed
-    assert "turns: " in printed
+    assert "warm start step" in printed and "| before RL (after SFT) | cpu | train | all |" in printed
+    assert "| after 2 steps |" in printed and "turns: " in printed
     # Warm-start and RL checkpoints are read as a fit checkpoint is.
     for checkpoint in (out / "warmstart" / "model.ckpt", out / "checkpoints" / "last.ckpt"):
         assert proxycomp(["generate", "--ckpt", str(checkpoint), "--prompt", "def f(", "--max_bytes", "4"]) == 0
@@ -394,7 +416,13 @@ def test_end_to_end_smoke(tiny_ckpt, tmp_path, capsys):
     assert [r["task"] for r in json.loads((out / "eval_after.json").read_text())] == ["relu", "all"]
     first = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert first["time/generate_s"] > 0 and first["time/gym_wait_s"] > 0
-    assert proxycomp(common + ["--steps", "3", "--resume"]) == 0
+    assert proxycomp(["rl", *common, "--steps", "3", "--resume"]) == 0
     assert "resumed at step 2" in capsys.readouterr().out
     rows = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["step"] for r in rows] == [1, 2, 3]
+
+
+def test_estimator_options_reach_the_estimator_and_unknown_ones_fail_early():
+    assert AlgorithmConfig(estimator="grpo", estimator_options={"std_normalize": True}).estimator_options
+    with pytest.raises(ValueError, match="algorithm.estimator_options: trloo refuses"):
+        AlgorithmConfig(estimator="trloo", estimator_options={"std_normalize": True})

@@ -91,12 +91,12 @@ def test_warm_start_lowers_reply_nll(tiny_policy, relu_corpus):
 def test_task_without_solution_is_an_error(tmp_path, cpu_gym):
     task_file = tmp_path / "mine.py"
     task_file.write_text(RELU.source)
-    with pytest.raises(ValueError, match="'mine' has no shipped solution"):
+    with pytest.raises(ValueError, match="'mine' has no solution"):
         build_corpus([load_task(task_file)], cpu_gym)
 
 
 def test_broken_kinds_are_named():
-    assert set(BROKEN_KINDS) == {"dropped_mask", "wrong_offset", "wrong_op"}
+    assert set(BROKEN_KINDS) == {"dropped_mask", "wrong_offset", "wrong_op", "missing_op", "launch_error"}
 
 
 @pytest.mark.parametrize("kwargs", [dict(fix_share=1.5), dict(batch_size=0), dict(lr=0.0)])
@@ -146,3 +146,20 @@ def test_a_killed_warm_start_goes_on_from_its_partial_checkpoint(relu_corpus, tm
     assert not (tmp_path / "killed" / "warmstart" / "partial.ckpt").exists()
     straight, resumed = (load_lm(tmp_path / d / "warmstart" / "model.ckpt").state_dict() for d in ("straight", "killed"))
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+
+
+def test_a_generated_family_gives_its_own_broken_variants_and_unjudged_solutions(tmp_path, cpu_gym):
+    from proxycomp.gym_bridge.task_family import generate_family, write_family
+    from proxycomp.gym_bridge.tasks import load_task_set
+
+    family = generate_family(6, seed=1, heldout_fraction=0.2)
+    train = load_task_set(write_family(family, tmp_path)["tasks"]).split("train")
+    first = next(t for t in family.tasks if t.stem == train[0].name)
+    corpus = build_corpus(train, cpu_gym, label_tasks=1)
+    labelled = [v for v in corpus if v.task == first.stem]
+    assert {v.kind for v in labelled} == {"solution", *first.broken}  # every broken variant fails in the gym
+    assert all(v.status for v in labelled) and all(v.broken != (v.status == "ok") for v in labelled)
+    rest = [v for v in corpus if v.task != first.stem]
+    assert [(v.task, v.kind, v.status) for v in rest] == [(t.name, "solution", "") for t in train[1:]]
+    kinds = [e.kind for e in corpus_examples(corpus, train)]
+    assert kinds.count("fix") == len(first.broken) and kinds.count("first_turn") == len(train)

@@ -1,4 +1,4 @@
-# (i') Timer monkey-patch through an alias, invisible to the AST: the harness' identity check.
+# (i') Timer monkey-patch through an alias, invisible to the AST: the candidate process' identity check.
 import torch
 import triton
 import triton.language as tl

@@ -1,0 +1,1 @@
+../../../../gym_bridge/solutions/gemm_bias_relu.py

@@ -1,0 +1,1 @@
+../../../../gym_bridge/solutions/relu.py

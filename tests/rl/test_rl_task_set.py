@@ -1,0 +1,58 @@
+"""RL on a task set: train on its train split, evaluate per set (its held-out split, the shipped tasks)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from proxycomp.gym_bridge.rl.cli import RLConfigError, main, parse_config, train_and_evaluation_tasks
+from proxycomp.gym_bridge.task_family import generate_family, write_family
+from proxycomp.gym_bridge.tasks import list_tasks
+
+RECIPE = Path(__file__).parents[2] / "recipes" / "rl" / "trloo_kernel_cpu.yaml"
+
+
+@pytest.fixture(scope="module")
+def family_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("family")
+    write_family(generate_family(8, seed=2, heldout_fraction=0.25), out)
+    return out / "tasks"
+
+
+def test_a_task_set_gives_the_train_split_and_one_evaluation_set_per_split(family_dir):
+    config, _ = parse_config(["--ckpt", "x", "--task_set", str(family_dir), "--evaluation.splits", "[heldout]",
+                              "--evaluation.shipped", "true", "--evaluation.max_tasks", "1"])
+    train, sets = train_and_evaluation_tasks(config)
+    assert len(train) == 6 and all(t.path.parent == family_dir for t in train)
+    assert list(sets) == ["heldout", "shipped"] and len(sets["heldout"]) == 1  # max_tasks cuts splits only
+    assert [t.name for t in sets["shipped"]] == [t.name for t in list_tasks()]
+    assert not {t.name for t in train} & {t.name for t in sets["heldout"]}
+    plain, _ = parse_config(["--ckpt", "x", "--tasks", "[relu]"])
+    assert {name: [t.name for t in tasks] for name, tasks in train_and_evaluation_tasks(plain)[1].items()} == \
+        {"train": ["relu"]}
+
+
+def test_splits_without_a_task_set_are_refused():
+    with pytest.raises(RLConfigError, match="evaluation.splits .*needs task_set"):
+        parse_config(["--ckpt", "x", "--evaluation.splits", "[heldout]"])
+
+
+@pytest.mark.slow
+def test_sft_on_the_family_then_rl_with_rows_per_evaluation_set(family_dir, tiny_ckpt, tmp_path, capsys):
+    """Warm start on the family's train split (its broken variants judged for one task, solutions for the rest),
+    one RL step, and before/after rows for the held-out split and a shipped task."""
+    out = tmp_path / "run"
+    status = main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out), "--task_set", str(family_dir),
+                   "--tasks_per_step", "1", "--steps", "1", "--rollout.samples_per_task", "2",
+                   "--rollout.max_bytes", "3072", "--rollout.prompt_max_bytes", "1000", "--max_context", "4096",
+                   "--warmstart.steps", "2", "--warmstart.batch_size", "2", "--warmstart.label_tasks", "1",
+                   "--warmstart.fix_share", "0.3", "--evaluation.splits", "[heldout]", "--evaluation.tasks", "[relu]",
+                   "--evaluation.samples_per_task", "1", "--evaluation.turns", "1"])
+    assert status == 0
+    corpus = [json.loads(line) for line in (out / "warmstart" / "corpus.jsonl").read_text().splitlines()]
+    assert {"wrong_op", "launch_error"} <= {v["kind"] for v in corpus} and sum(v["status"] == "" for v in corpus) == 5
+    before = json.loads((out / "eval_before.json").read_text())
+    assert {(r["split"], r["phase"]) for r in before if r["task"] == "all"} == {
+        ("heldout", "before RL (after SFT)"), ("tasks", "before RL (after SFT)")}
+    assert {r["split"] for r in json.loads((out / "eval_after.json").read_text())} == {"heldout", "tasks"}
+    table = (out / "eval.md").read_text()
+    assert "| before RL (after SFT) | cpu | heldout | all | 2 |" in table and "| after 1 steps | cpu | tasks | relu |" in table
