@@ -1,46 +1,120 @@
-"""Checkpoint writing (atomic), loading for inference (one clear error for a missing or bad file), and splitting a
-checkpoint into files small enough to carry between device calls."""
+"""Checkpoints: atomic writing, one clear error for a missing or damaged file, the self-contained format, and
+splitting a checkpoint into files small enough to carry between device calls.
+
+Every checkpoint a command writes holds `hyper_parameters` (the model's arch/optim/vocabulary dicts) and a
+`state_dict` of `ProxyLM` (keys `model.*`), so `generate`, `eval-bpb`, `rl` and `fit --init_from` read any of them:
+those of `fit` (Lightning's, which add the trainer and data state), of the RL warm start and of RL (which add
+the optimizer and step). A SentencePiece model travels with them (`spm_model`, or in the data module's state).
+"""
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from torch import nn
 
 from proxycomp.errors import UserError
 from proxycomp.files import atomic_path
 from proxycomp.lit import ProxyLM
 
+MODEL_PREFIX = "model."  # ProxyLM holds the transformer as `.model`
+DATA_STATE_KEY = "ProxyDataModule"  # where Lightning keeps the data module's state (its class name)
+
 
 class CheckpointError(UserError):
-    """A checkpoint that does not exist or cannot be read as a `ProxyLM`."""
+    """A checkpoint that does not exist, cannot be read or does not fit the model."""
+
+
+@contextlib.contextmanager
+def reading(path: str | Path) -> Iterator[None]:
+    """Around a load of `path`: a missing file or any failure to read it becomes one `CheckpointError` line."""
+    if not Path(path).is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist; pass a .ckpt written by proxycomp (fit, rl)")
+    try:
+        yield
+    except Exception as err:  # torch/pickle/zip raise many types for a damaged file
+        # The first sentence: torch's weights-only refusal goes on for a paragraph about trusting the file.
+        reason = str(err).strip().splitlines()[0].split(". ")[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"checkpoint {path} cannot be loaded ({reason}); is it a complete .ckpt written by "
+                              "proxycomp?") from err
+
+
+def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    with reading(path):
+        return torch.load(path, map_location=map_location, weights_only=True)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Write to a temporary file beside the target, then rename: a crash never leaves a truncated .ckpt."""
+    """Write to a temporary file beside the target, then rename: a crash never leaves a truncated .ckpt, and a full
+    disk says so (torch.save into a file object raises the OSError that its own writer hides). Reads fail in one
+    line."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO takes no storage_options")
-        with atomic_path(path) as tmp:
-            torch.save(checkpoint, tmp)
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            torch.save(checkpoint, f)
+
+    def load_checkpoint(self, path, *args, **kwargs) -> dict[str, Any]:
+        with reading(path):
+            return super().load_checkpoint(path, *args, **kwargs)
 
 
-def load_lm(path: str | Path, map_location: str | torch.device = "cpu", **arch_overrides) -> ProxyLM:
-    """The trained module in eval mode, built from the file alone (its hyper-parameters hold the vocabulary).
-    `arch_overrides` replace architecture fields that leave the weights' shapes alone (e.g. attn_backend)."""
-    checkpoint = _read(Path(path))
-    if "hyper_parameters" not in checkpoint or "state_dict" not in checkpoint:
-        raise CheckpointError(f"checkpoint {path} holds no model (hyper_parameters and state_dict); is it a complete "
-                              ".ckpt from `proxycomp fit`?")
-    hparams, state = checkpoint["hyper_parameters"], checkpoint["state_dict"]
+def lm_state(hyper_parameters: dict, model: nn.Module, spm_model: bytes | None) -> dict[str, Any]:
+    """The self-contained checkpoint of a transformer (a `Transformer`, or one wrapped by Fabric)."""
+    return {"hyper_parameters": hyper_parameters, "spm_model": spm_model,
+            "state_dict": {MODEL_PREFIX + k: v for k, v in model.state_dict().items()}}
+
+
+def save_lm(path: str | Path, hyper_parameters: dict, model: nn.Module, spm_model: bytes | None) -> None:
+    AtomicCheckpointIO().save_checkpoint(lm_state(hyper_parameters, model, spm_model), path)
+
+
+def model_weights(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The transformer's own state dict from a checkpoint's `ProxyLM` state dict."""
+    return {k.removeprefix(MODEL_PREFIX): v for k, v in checkpoint["state_dict"].items()}
+
+
+def spm_model_of(checkpoint: dict[str, Any]) -> bytes | None:
+    """The SentencePiece model a checkpoint carries: its own, or its data module's (a `fit` checkpoint)."""
+    return checkpoint.get("spm_model") or (checkpoint.get(DATA_STATE_KEY) or {}).get("spm_model")
+
+
+def lm_from_checkpoint(checkpoint: dict[str, Any], path: str | Path, map_location: str | torch.device = "cpu",
+                       **arch_overrides) -> ProxyLM:
+    """The trained module in eval mode, built from the checkpoint alone. `arch_overrides` replace architecture
+    fields that leave the weights' shapes alone (e.g. attn_backend)."""
+    try:
+        hparams, state = checkpoint["hyper_parameters"], checkpoint["state_dict"]
+    except (KeyError, TypeError):
+        raise CheckpointError(f"checkpoint {path} holds no hyper_parameters and state_dict; pass a .ckpt written by "
+                              "proxycomp (fit, rl)") from None
     if "arch" not in hparams:
         raise CheckpointError(f"checkpoint {path} was written by an older proxycomp (flat model settings); "
                               "train it again with this version")
     lm = ProxyLM(**{**hparams, "arch": {**hparams["arch"], **arch_overrides}, "compile": False})
     lm.load_state_dict(state)
     return lm.to(map_location).eval()
+
+
+def load_lm(path: str | Path, map_location: str | torch.device = "cpu", **arch_overrides) -> ProxyLM:
+    return lm_from_checkpoint(read_checkpoint(path, map_location), path, map_location, **arch_overrides)
+
+
+def init_weights(lm: ProxyLM, path: str | Path) -> bytes | None:
+    """Load the weights of checkpoint `path` into `lm` (nothing else: no optimizer, step or data state), after
+    checking that they fit; returns the SentencePiece model the checkpoint carries."""
+    checkpoint = read_checkpoint(path)
+    changes = lm.weight_changes(checkpoint.get("hyper_parameters") or {})
+    if changes:
+        raise CheckpointError(f"--init_from {path}: its weights do not fit this model ({'; '.join(changes)}); set the "
+                              "model and views it was trained with")
+    lm.model.load_state_dict(model_weights(checkpoint))
+    return spm_model_of(checkpoint)
 
 
 # ---- shards: a checkpoint carried in files of a bounded size -----------------------------------------------------
@@ -54,7 +128,7 @@ def split_checkpoint(path: str | Path, out_dir: str | Path, max_bytes: int = SHA
     file may weigh: `weights.NN.pt` (the model's floating-point tensors in bf16, a tied tensor stored once) and
     `state.pt` (everything else: hyper-parameters, loop, schedule, data-stream and callback state, the optimizers'
     settings). Adam's moments, twice the weights in fp32, are left out. Returns the files written."""
-    checkpoint = _read(Path(path))
+    checkpoint = read_checkpoint(path)
     weights = checkpoint.pop("state_dict")
     checkpoint["optimizer_states"] = [{"state": {}, "param_groups": o["param_groups"]}
                                       for o in checkpoint.get("optimizer_states", [])]
@@ -80,8 +154,7 @@ def split_checkpoint(path: str | Path, out_dir: str | Path, max_bytes: int = SHA
     state = {"checkpoint": checkpoint, "order": list(weights), "dtypes": dtypes, "aliases": aliases, "shards": names}
     written = []
     for name, payload in [*zip(names, shards), (STATE_FILE, state)]:
-        with atomic_path(out_dir / name) as tmp:
-            torch.save(payload, tmp)
+        AtomicCheckpointIO().save_checkpoint(payload, out_dir / name)
         if (out_dir / name).stat().st_size > max_bytes:
             raise CheckpointError(f"{out_dir / name} came out at {(out_dir / name).stat().st_size / 2**20:.1f} MiB, over "
                                   f"the {max_bytes / 2**20:g} MiB per file")
@@ -96,27 +169,16 @@ def join_checkpoint(folder: str | Path, out: str | Path) -> Path:
     folder = Path(folder)
     if not (folder / STATE_FILE).is_file():
         raise CheckpointError(f"{folder} holds no {STATE_FILE}; pass the folder `proxycomp shards split` wrote")
-    state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+    state = read_checkpoint(folder / STATE_FILE)
     weights: dict[str, torch.Tensor] = {}
     for shard in state["shards"]:
         if not (folder / shard).is_file():
             raise CheckpointError(f"{folder / shard} is missing; carry every file `proxycomp shards split` wrote")
-        weights.update(torch.load(folder / shard, map_location="cpu", weights_only=True))
+        weights.update(read_checkpoint(folder / shard))
     weights = {name: weights[name].to(dtype) for name, dtype in state["dtypes"].items()}
     weights |= {name: weights[target] for name, target in state["aliases"].items()}
     checkpoint = state["checkpoint"]
     checkpoint["state_dict"] = {name: weights[name] for name in state["order"]}
-    with atomic_path(out) as tmp:
-        torch.save(checkpoint, tmp)
+    AtomicCheckpointIO().save_checkpoint(checkpoint, out)
     return Path(out)
 
-
-def _read(path: Path) -> dict:
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist; pass a .ckpt written by `proxycomp fit`")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch/pickle/zip raise many types for a damaged file
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"checkpoint {path} cannot be loaded ({reason}); is it a complete .ckpt from "
-                              "`proxycomp fit`?") from err

@@ -14,6 +14,7 @@ as one line on stderr and exit status 2, never a traceback. `proxycomp VERB --he
 """
 from __future__ import annotations
 
+import errno
 import glob
 import importlib
 import os
@@ -23,10 +24,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from proxycomp.errors import UserError
-
-
-class ConfigError(UserError):
-    """A class in the config refused its arguments (raised while the CLI instantiates them)."""
 
 
 def command_parser(prog: str, description: str):
@@ -39,72 +36,27 @@ def command_parser(prog: str, description: str):
 # ---- fit / validate --------------------------------------------------------------------------------------------
 def build_cli(args: Sequence[str] | None, run: bool = True):
     """The LightningCLI for `args` (a subcommand and its options; None: sys.argv); `run=False` builds only."""
-    import torch
-    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-    from lightning.pytorch.callbacks.progress import ProgressBar
-    from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-
-    from proxycomp.checkpoint import AtomicCheckpointIO
     from proxycomp.data import ProxyDataModule
+    from proxycomp.lightning_cli import ProxyCLI, ignore_library_warnings, trainer_defaults
     from proxycomp.lit import ProxyLM
-    from proxycomp.progress import SparseMetricsProgressBar
-    from proxycomp.vocab import Vocabulary
 
-    class ProxyCLI(LightningCLI):
-        def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-            parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-            parser.set_defaults({
-                "checkpoint.monitor": "val/bpb", "checkpoint.mode": "min", "checkpoint.save_last": True,
-                "checkpoint.filename": "step{step:06d}", "checkpoint.auto_insert_metric_name": False,
-            })
-            parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
-            parser.set_defaults({"lr_monitor.logging_interval": "step"})
-            parser.link_arguments("data.vocab_size", "model.arch.vocab_size", apply_on="instantiate")
-            parser.link_arguments("data.vocabulary", "model.vocabulary", compute_fn=Vocabulary.to_dict, apply_on="instantiate")
-            parser.link_arguments("data.seq_len", "model.arch.max_seq_len")
-            parser.link_arguments("trainer.max_steps", "data.mixing.total_steps")
-
-        def instantiate_classes(self) -> None:
-            # A constructor that rejects its arguments means a bad config, whichever class raised it.
-            try:
-                super().instantiate_classes()
-            except (ValueError, TypeError) as err:
-                raise ConfigError(str(err)) from err
-
-        def instantiate_trainer(self, **kwargs):
-            config = self._get(self.config_init, "trainer", default={})
-            if not config.get("plugins"):
-                kwargs["plugins"] = [AtomicCheckpointIO()]
-            callbacks = list(config.get("callbacks") or [])
-            if config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
-                every = config.get("log_every_n_steps") or trainer_defaults["log_every_n_steps"]
-                kwargs["callbacks"] = [*callbacks, SparseMetricsProgressBar(metrics_every_n_steps=every)]
-            trainer = super().instantiate_trainer(**kwargs)
-            if not trainer.loggers:  # `--trainer.logger false`: the LR monitor would refuse to run
-                trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, LearningRateMonitor)]
-            return trainer
-
-    trainer_defaults = {
-        "precision": "bf16-mixed" if torch.cuda.is_available() else "32-true",
-        "gradient_clip_val": 1.0,
-        "log_every_n_steps": 10,
-        "logger": [
-            {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "runs", "name": "proxycomp"}},
-            {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": "runs/tb", "name": "proxycomp"}},
-        ],
-    }
     with warnings.catch_warnings():
         # LightningCLI warns whenever sys.argv holds arguments besides `args`: they are the dispatcher's own.
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        ignore_library_warnings()
         return ProxyCLI(
             ProxyLM, ProxyDataModule, args=None if args is None else list(args), run=run, seed_everything_default=0,
-            trainer_defaults=trainer_defaults, parser_kwargs={"exit_on_error": False, "allow_abbrev": False},
+            trainer_defaults=trainer_defaults(), parser_kwargs={"exit_on_error": False, "allow_abbrev": False},
+            save_config_kwargs={"overwrite": True},  # a resumed run writes its config into its own folder again
         )
 
 
 def _lightning(verb: str) -> Callable[[list[str]], int]:
     def run(argv: list[str]) -> int:
-        build_cli([verb, *argv])
+        cli = build_cli([verb, *argv])
+        if verb == "fit" and cli.interrupted:
+            print(f"stopped by Ctrl-C at step {cli.trainer.global_step}; go on with --ckpt_path last", file=sys.stderr)
+            return 130
         return 0
 
     return run
@@ -119,8 +71,8 @@ def _default_device() -> str:
 
 def generate_main(argv: list[str]) -> int:
     p = command_parser("proxycomp generate", "Continue a raw-byte prompt with a trained model.")
-    p.add_argument("--ckpt", required=True, help="a .ckpt written by `proxycomp fit`")
-    p.add_argument("--prompt", required=True, help="text; encoded as UTF-8 after <bos><raw>")
+    p.add_argument("--ckpt", required=True, help="a .ckpt written by proxycomp (fit, rl)")
+    p.add_argument("--prompt", required=True, help="text after <bos><raw>: its bytes as given (UTF-8 or not)")
     p.add_argument("--max_bytes", type=int, default=256, help="most new bytes")
     p.add_argument("--temperature", type=float, default=0.8, help="0 is greedy")
     p.add_argument("--top_k", type=int | None, default=None, help="sample among the k likeliest bytes; null: all")
@@ -140,7 +92,7 @@ def generate_main(argv: list[str]) -> int:
     from proxycomp.vocab import raw_prompt, raw_reply_ids
 
     model = load_lm(args.ckpt, map_location=args.device).model
-    prompt = args.prompt.encode("utf-8")
+    prompt = os.fsencode(args.prompt)  # the command line's own bytes: a byte-level model reads any
     out = generate(model, [raw_prompt(prompt)], args.max_bytes, args.temperature, args.top_k, args.top_p,
                    seed=args.seed, allowed_ids=raw_reply_ids(model.config.vocab_size))
     sys.stdout.write((prompt + raw_bytes(out.ids[0])).decode("utf-8", errors="replace") + "\n")
@@ -164,7 +116,7 @@ def read_documents(spec: str, pattern: str = "**/*.py") -> list[bytes]:
 
 def eval_bpb_main(argv: list[str]) -> int:
     p = command_parser("proxycomp eval-bpb", "Bits per raw byte of a checkpoint on files (sliding windows).")
-    p.add_argument("--ckpt", required=True, help="a .ckpt written by `proxycomp fit`")
+    p.add_argument("--ckpt", required=True, help="a .ckpt written by proxycomp (fit, rl)")
     p.add_argument("--data", required=True, help="a file, a folder (see --glob) or a quoted glob")
     p.add_argument("--glob", default="**/*.py", help="files to read under a folder")
     p.add_argument("--seq_len", type=int | None, default=None, help="window length; null: the model's max_seq_len")
@@ -182,10 +134,31 @@ def eval_bpb_main(argv: list[str]) -> int:
     stride = args.stride or max(1, seq_len // 2)
     if seq_len < 2 or not 1 <= stride <= seq_len:
         raise UserError(f"need --seq_len >= 2 and 1 <= --stride <= --seq_len, got {seq_len} and {stride}")
-    result = score_documents(model, documents, seq_len, stride, batch_size=args.batch_size)
+    if seq_len > model.config.max_seq_len:
+        print(f"proxycomp eval-bpb: warning: --seq_len {seq_len} is longer than the {model.config.max_seq_len} symbols "
+              "the model was trained on; it never saw the positions beyond", file=sys.stderr)
+    result = score_documents(model, documents, seq_len, stride, batch_size=args.batch_size,
+                             progress=_progress_line(sum(map(len, documents))))
     print(f"bits per byte: {result.bits_per_byte:.4f} over {result.bytes} bytes in {result.documents} documents "
           f"(seq_len {seq_len}, stride {stride})")
     return 0
+
+
+def _progress_line(total_bytes: int, every_s: float = 5.0) -> Callable[[int], None]:
+    """A progress callback printing "scored X of Y MB" on stderr at most every `every_s` seconds."""
+    import time
+
+    started = last = time.monotonic()
+
+    def show(done: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= every_s:
+            last = now
+            print(f"eval-bpb: {done / 1e6:.2f} of {total_bytes / 1e6:.2f} MB scored ({done / max(total_bytes, 1):.0%}, "
+                  f"{now - started:.0f} s)", file=sys.stderr, flush=True)
+
+    return show
 
 
 # ---- shards ------------------------------------------------------------------------------------------------------
@@ -258,8 +231,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except (UserError, ArgumentError) as err:
         message = " ".join(str(err).split())  # one line, whatever the library put in it
-        print(f"proxycomp {verb}: error: {message}", file=sys.stderr)
-        return 2
+    except OSError as err:  # a write that is not atomic_path's (a logger's): the library's words rarely say why
+        if err.errno != errno.ENOSPC:
+            raise
+        message = f"no space left on device{f' for {err.filename}' if err.filename else ''}; free some and run again"
+    print(f"proxycomp {verb}: error: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

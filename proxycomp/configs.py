@@ -16,7 +16,10 @@ def dotted(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def changed_fields(saved: dict[str, Any], now: dict[str, Any], ignore: tuple[str, ...] = ()) -> list[str]:
-    """"field: old -> new" for every dotted field of `now` that differs from `saved` (JSON values compared)."""
+def changed_fields(saved: dict[str, Any], now: dict[str, Any], ignore: tuple[str, ...] = (),
+                   defaults: dict[str, Any] | None = None) -> list[str]:
+    """"field: old -> new" for every dotted field of `now` that differs from `saved` (JSON values compared). A field
+    missing from `saved` (written before the field existed) counts as its value in `defaults`, if given."""
     before, after = dotted(saved), dotted(now)
+    before = {**dotted(defaults or {}), **before}
     return [f"{k}: {before.get(k)!r} -> {v!r}" for k, v in after.items() if k not in ignore and before.get(k) != v]

@@ -1,13 +1,21 @@
 """Files that are never seen half-written: each is written beside its target, then renamed onto it.
 
-A crash, a kill or a full disk mid-write leaves the previous file (or none), never a truncated one.
+A crash, a kill or a full disk mid-write leaves the previous file (or none), never a truncated one; a full disk
+is reported as such (`DiskFullError`), since the libraries' own errors rarely say so.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
+
+from proxycomp.errors import UserError
+
+
+class DiskFullError(UserError):
+    """No space left for a file; the previous version of it is intact."""
 
 
 @contextlib.contextmanager
@@ -20,6 +28,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        raise DiskFullError(f"no space left on device for {path}; free some and run again (the previous "
+                            f"{path.name}, if any, is intact)") from err
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 import lightning as L
 import torch
 
+from proxycomp.configs import changed_fields
 from proxycomp.losses import IGNORE_INDEX, LN2, batch_nats, byte_nats
 from proxycomp.model import ModelConfig, ModelConfigError, Transformer, flops_per_symbol
 from proxycomp.vocab import RAW_OFFSET, RAW_SIZE, Vocabulary
@@ -33,6 +34,8 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: 
     return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+# Architecture fields that fix the weights' shapes (the backends and max_seq_len may differ between runs).
+WEIGHT_FIELDS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "tie_embeddings")
 LOSS_TARGETS = ("all", "raw")
 RAW_GROUP = 1  # index of the raw bytes among `range_groups`
 
@@ -131,6 +134,23 @@ class ProxyLM(L.LightningModule):
         # (nats, symbols, raw-byte nats, raw bytes) of the validation epoch so far, on this rank.
         self._val_sums: torch.Tensor | None = None
         self._last_step_start: float | None = None
+
+    def weight_changes(self, hparams: dict) -> list[str]:
+        """"field: saved -> now" for what in a checkpoint's hyper-parameters gives weights of another shape or
+        meaning than this model's: the shape fields of the architecture and the vocabulary layout."""
+        def weights(hp: dict) -> dict:
+            arch = hp.get("arch") or {}
+            return {"arch": {k: arch.get(k) for k in WEIGHT_FIELDS},
+                    "vocabulary": Vocabulary.from_dict(hp.get("vocabulary") or {}).to_dict()}
+
+        return changed_fields(weights(hparams), weights(self.hparams))
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        # Before Lightning loads the state dict: a config that does not match gets one line, not a size-mismatch dump.
+        changes = self.weight_changes(checkpoint.get("hyper_parameters") or {})
+        if changes:
+            raise ModelConfigError(f"the checkpoint's weights do not fit this model ({'; '.join(changes)}); use the "
+                                   "config it was trained with (its run folder keeps config.yaml)")
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.model(batch["input_ids"], batch["positions"], batch["doc_ids"])

@@ -16,7 +16,7 @@ documents share a row, packed by the data module's packer and kept apart by the 
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,8 +76,10 @@ def _pack(row: list[tuple[np.ndarray, int]], seq_len: int) -> dict[str, torch.Te
 
 @torch.no_grad()
 def score_documents(model: Transformer, documents: Sequence[bytes], seq_len: int, stride: int,
-                    view: View | None = None, batch_size: int = 8) -> BpbResult:
-    """Bits per raw byte of `model` on `documents` (each a whole file), read in `view` (default: raw bytes)."""
+                    view: View | None = None, batch_size: int = 8,
+                    progress: Callable[[int], None] | None = None) -> BpbResult:
+    """Bits per raw byte of `model` on `documents` (each a whole file), read in `view` (default: raw bytes).
+    `progress`, if given, is called after each batch with the number of targets scored so far."""
     if not 1 <= stride <= seq_len:
         raise UserError(f"stride must lie in [1, seq_len={seq_len}], got {stride}")
     view = view or RawView(RAW_OFFSET)
@@ -99,6 +101,8 @@ def score_documents(model: Transformer, documents: Sequence[bytes], seq_len: int
         if raw:
             raw_ids_nats_sum += float((restricted_nats(logits, batch["targets"], allowed) * scored).sum())
         scored_targets += int(scored.sum())
+        if progress is not None:
+            progress(scored_targets)
     model.train(was_training)
     n_bytes = scored_targets if raw else sum(len(d) for d in documents)
     if n_bytes == 0:

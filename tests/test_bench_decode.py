@@ -11,7 +11,7 @@ TOOL = Path(__file__).resolve().parents[1] / "tools" / "bench_decode.py"
 
 def test_tiny_model_decodes_alike_in_both_cpu_loops(tmp_path):
     out = tmp_path / "rows.json"
-    done = subprocess.run([sys.executable, str(TOOL), "--d-model", "64", "--layers", "2", "--batch", "3",
+    done = subprocess.run([sys.executable, str(TOOL), "--d_model", "64", "--layers", "2", "--batch", "3",
                            "--prompt", "40", "--new", "12", "--modes", "dynamic,static", "--out", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -56,7 +56,7 @@ def test_max_documents_is_a_deterministic_sample(folder):
 
 def test_invalid_utf8_errors_by_default_and_is_counted_when_skipped(folder):
     (folder / "d1" / "latin1.py").write_bytes(b"caf\xe9 = 1\n" * 40)
-    with pytest.raises(CorpusError, match=r"d1/latin1.py: not valid UTF-8 at byte 3; .*data.corpus.on_invalid_utf8=skip"):
+    with pytest.raises(CorpusError, match=r"d1/latin1.py: not valid UTF-8 at byte 3; .*--data.corpus.on_invalid_utf8 skip"):
         load_corpus(CorpusConfig("folder", str(folder), max_bytes=1000))
     c = load_corpus(CorpusConfig("folder", str(folder), max_bytes=1000, on_invalid_utf8="skip"))
     assert c.report.invalid_utf8 == 1 and c.report.kept == 30
@@ -92,14 +92,61 @@ def test_parquet_and_missing_column(tmp_path):
         load_corpus(CorpusConfig("parquet", str(tmp_path / "empty")))
 
 
+def test_a_repository_of_several_languages_with_excludes_and_undecodable_files(tmp_path):
+    root = tmp_path / "repo"
+    for i, rel in enumerate(("src/a.py", "src/b.rs", "src/c.go", "node_modules/lib/d.py", "tests/fixtures/e.py",
+                             "tests/f.py", "web/app.min.js", "web/app.js", "README.md")):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text(i))
+    (root / "src" / "logo.py").write_bytes(bytes(range(256)) * 2)  # binary under a source name
+    (root / "src" / "old.rs").write_bytes(b"// caf\xe9\n" * 40)  # latin-1
+    config = CorpusConfig("folder", str(root), glob=["**/*.py", "**/*.rs", "**/*.go", "**/*.js"],
+                          exclude=["node_modules", "*.min.js", "tests/fixtures/*"], on_invalid_utf8="skip")
+    c = load_corpus(config)
+    names = sorted(d.name for d in c.train + c.val)
+    assert names == ["src/a.py", "src/b.rs", "src/c.go", "tests/f.py", "web/app.js"]
+    assert c.report.invalid_utf8 == 2 and "2 non-UTF-8" in c.report.summary()
+    assert load_corpus(CorpusConfig("folder", str(root), glob="web/*.js")).report.kept == 2  # one pattern, as before
+
+
+def test_a_held_out_folder_of_its_own(folder, tmp_path):
+    held_out = tmp_path / "held_out"
+    held_out.mkdir()
+    for i in range(3):
+        (held_out / f"v{i}.py").write_text(text(100 + i))
+    (held_out / "leak.py").write_text(text(7))  # also in train: dropped, not scored on
+    c = load_corpus(CorpusConfig("folder", str(folder), max_bytes=1000, val_path=str(held_out)))
+    assert sorted(d.name for d in c.val) == ["v0.py", "v1.py", "v2.py"]
+    assert c.report.train == 30 and c.report.duplicates == 2 and f"from {held_out})" in c.report.summary()
+
+
 @pytest.mark.slow
-def test_hf_dataset_from_disk(tmp_path):
+def test_hf_datasets_files_and_splits(tmp_path):
     import datasets
 
     datasets.Dataset.from_dict({"text": [text(i) for i in range(10)]}).save_to_disk(str(tmp_path / "ds"))
     assert load_corpus(CorpusConfig("hf", str(tmp_path / "ds"))).report.kept == 10
     with pytest.raises(CorpusError, match=r"no column 'code' \(columns: text\)"):
         load_corpus(CorpusConfig("hf", str(tmp_path / "ds"), text_field="code"))
+    with pytest.raises(CorpusError, match="a single dataset without splits"):
+        load_corpus(CorpusConfig("hf", str(tmp_path / "ds"), val_split="validation"))
+    splits = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": [text(i) for i in range(10)]}),
+                                   "validation": datasets.Dataset.from_dict({"text": [text(50 + i) for i in range(3)]}),
+                                   "test": datasets.Dataset.from_dict({"text": [text(80 + i) for i in range(2)]})})
+    splits.save_to_disk(str(tmp_path / "dd"))
+    c = load_corpus(CorpusConfig("hf", str(tmp_path / "dd"), val_split="validation"))
+    assert (c.report.train, c.report.val) == (10, 3) and "split validation" in c.report.summary()
+    assert load_corpus(CorpusConfig("hf", str(tmp_path / "dd"), split="test", val_split="validation")).report.train == 2
+    with pytest.raises(CorpusError, match=r"no split 'dev' \(splits: train, validation, test\)"):
+        load_corpus(CorpusConfig("hf", str(tmp_path / "dd"), val_split="dev"))
+    pq.write_table(pa.table({"text": [text(i) for i in range(4)]}), tmp_path / "one.parquet")
+    assert load_corpus(CorpusConfig("hf", str(tmp_path / "one.parquet"))).report.kept == 4  # a data file, not the hub
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(CorpusError, match="not a .txt file"):
+        load_corpus(CorpusConfig("hf", str(tmp_path / "notes.txt")))
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(CorpusError, match="`datasets` cannot read it"):
+        load_corpus(CorpusConfig("hf", str(tmp_path / "nothing")))
 
 
 def test_python_sources_split_by_package(tmp_path):
@@ -126,6 +173,10 @@ FOLDER = object()  # stands for the `folder` fixture's path in the table below
         (dict(source="folder", path=FOLDER, min_bytes=5, max_bytes=1), "min_bytes <= max_bytes"),
         (dict(source="folder", path=FOLDER, max_documents=1), "max_documents must be at least 2"),
         (dict(source="folder", path=FOLDER, on_invalid_utf8="ignore"), "on_invalid_utf8 must be"),
+        (dict(source="folder", path=FOLDER, glob="[**/*.py, **/*.rs]"), "quote each pattern"),
+        (dict(source="folder", path=FOLDER, exclude=("d0", "d1", "d2")), "outside exclude"),
+        (dict(path=FOLDER), "data.corpus.path is set but data.corpus.source is python-sources"),
+        (dict(source="folder", path=FOLDER, val_split="validation"), "val_split names a split of an hf dataset"),
     ],
 )
 def test_input_errors(folder, kwargs, message):

@@ -33,11 +33,11 @@ def corpus_dir(tmp_path_factory):
     return root
 
 
-def make_dm(corpus_dir, tmp_path, views=("raw", "spm", "zstd"), schedule="paper", total_steps=8,
+def make_dm(corpus_dir, tmp_path, views=("raw", "spm", "zstd"), schedule="paper", total_steps=8, corpus=None,
             **overrides) -> ProxyDataModule:
     args = dict(seq_len=64, batch_size=2, num_workers=0, artifacts_dir=str(tmp_path / "art"), seed=1)
     return ProxyDataModule(
-        CorpusConfig("folder", str(corpus_dir), val_fraction=0.2), ViewConfig(tuple(views), spm_vocab_size=400),
+        corpus or CorpusConfig("folder", str(corpus_dir), val_fraction=0.2), ViewConfig(tuple(views), spm_vocab_size=400),
         MixingSchedule(schedule, total_steps=total_steps), **{**args, **overrides},
     )
 
@@ -134,6 +134,34 @@ def test_resume_sees_the_same_batches_as_an_uninterrupted_run(corpus_dir, tmp_pa
     # the tokenizer came from the checkpoint, not from training again
     assert resumed_dm.spm_model == first.spm_model
     assert not (tmp_path / "c" / "art" / SPM_MODEL_FILE).exists()
+
+
+@pytest.mark.slow
+def test_a_longer_resumed_run_keeps_the_mixing_schedule_it_was_trained_with(corpus_dir, tmp_path):
+    """Stopped at step 2 of 10 (paired warmup until step 2), resumed with max_steps 40 (the CLI links it into
+    total_steps): steps 2..7 are the batches of an uninterrupted run whose schedule is the first run's, not those
+    of a run planned for 40 steps (paired warmup until step 8). Windows of 512 symbols start new documents every
+    step, so the schedule's mode shows in every batch."""
+    settings = dict(views=("raw", "zstd"), num_workers=1, seq_len=512)
+    planned = fit(make_dm(corpus_dir, tmp_path / "a", total_steps=10, **settings), 8, tmp_path / "a")
+    fit(make_dm(corpus_dir, tmp_path / "b", total_steps=10, **settings), 2, tmp_path / "b")
+    longer = make_dm(corpus_dir, tmp_path / "c", total_steps=40, **settings)
+    resumed = fit(longer, 8, tmp_path / "c", ckpt_path=str(tmp_path / "b" / "ckpt" / "last.ckpt"))
+    assert longer.schedule.total_steps == 10 and longer.state_dict()["config"]["mixing"]["total_steps"] == 10
+    for expected, got in zip(planned.seen[2:], resumed.seen, strict=True):
+        assert all(torch.equal(expected[k], got[k]) for k in expected)
+    stretched = fit(make_dm(corpus_dir, tmp_path / "d", total_steps=40, **settings), 8, tmp_path / "d")
+    assert any(not torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(stretched.seen[2:], resumed.seen))
+
+
+def test_a_state_written_before_a_setting_existed_resumes_at_its_default(corpus_dir, tmp_path):
+    state = make_dm(corpus_dir, tmp_path).state_dict()
+    for added in ("exclude", "split", "val_path", "val_split"):
+        del state["config"]["corpus"][added]
+    dm = make_dm(corpus_dir, tmp_path)
+    dm.load_state_dict(state)
+    with pytest.raises(DataStateError, match=r"corpus.split: 'train' -> 'test'"):
+        make_dm(corpus_dir, tmp_path, corpus=CorpusConfig("folder", str(corpus_dir), split="test")).load_state_dict(state)
 
 
 def test_state_from_other_settings_is_refused(corpus_dir, tmp_path):

@@ -29,6 +29,30 @@ def test_step_metrics_are_read_from_the_callback_metrics_every_n_steps():
         assert (value == previous) == bool(step % 3), (step, value, previous)
 
 
+def test_the_bar_counts_steps_out_of_max_steps_also_after_a_resume(tmp_path):
+    """Lightning's bar named "Epoch 0/-2" for a run set by steps and counted 40/19 after a resume at step 21."""
+    shown = []
+
+    class Watch(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            task = bar.progress.tasks[bar.train_progress_bar_id]
+            shown.append((task.description.strip(), task.completed, task.total))
+
+    def fit(steps, ckpt_path=None):
+        trainer = L.Trainer(accelerator="cpu", max_steps=steps, callbacks=[bar, Watch()], logger=False,
+                            enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
+                            default_root_dir=tmp_path)
+        trainer.fit(LoggingModel(), ckpt_path=ckpt_path)
+        return trainer
+
+    bar = SparseMetricsProgressBar()
+    fit(3).save_checkpoint(tmp_path / "three.ckpt")
+    bar = SparseMetricsProgressBar()
+    shown.clear()
+    fit(5, tmp_path / "three.ckpt")
+    assert shown == [("step", 4, 5), ("step", 5, 5)]
+
+
 def test_bad_interval_is_refused():
     with pytest.raises(ValueError, match="metrics_every_n_steps"):
         SparseMetricsProgressBar(metrics_every_n_steps=0)

@@ -1,6 +1,6 @@
 """Data pipeline throughput per view, per CPU core (proxycomp.bench.data).
 
-    python tools/bench_data.py [--max-documents 400] [--record]
+    python tools/bench_data.py [--max_documents 400] [--record]
 """
 import sys
 

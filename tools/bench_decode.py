@@ -1,7 +1,7 @@
 """Time the sampler's decode loops on one model (proxycomp.bench.decode).
 
     python tools/bench_decode.py --ckpt RUN/checkpoints/last.ckpt [--batch 8] [--prompt 1024] [--new 2048]
-    python tools/bench_decode.py --d-model 512 --layers 8      # a randomly initialised model of that size
+    python tools/bench_decode.py --d_model 512 --layers 8      # a randomly initialised model of that size
 """
 import sys
 

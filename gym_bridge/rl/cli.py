@@ -2,11 +2,15 @@
 
     proxycomp rl --config recipes/rl/trloo_kernel.yaml --ckpt RUN/checkpoints/last.ckpt [--out DIR] [--resume]
                  [--algorithm.estimator grpo] [--steps 50] [...any config field...]
-    proxycomp rl --config ... --ckpt ... --out DIR --warmstart-only   # only OUT/warmstart/ (model, evaluation)
+    proxycomp rl --config ... --ckpt ... --out DIR --warmstart_only   # only OUT/warmstart/ (model, evaluation)
 
 The config is the `RLConfig` dataclass tree, read from YAML by jsonargparse; any field can be overridden
 on the command line with its dotted name. An unknown key is a one-line error naming it. On CPU the gym's
 Triton kernels run in the interpreter (TRITON_INTERPRET=1 is set for the workers).
+
+Every checkpoint it writes (OUT/warmstart/model.ckpt, OUT/checkpoints/last.ckpt) holds the base model's
+hyper-parameters and tokenizer besides the weights, as one of `fit` does, so `proxycomp generate`, `eval-bpb` and
+`fit --init_from` read it. A warm start killed midway goes on from OUT/warmstart/partial.ckpt when run again.
 """
 from __future__ import annotations
 
@@ -21,9 +25,11 @@ from typing import ContextManager, Literal
 
 import torch
 
+from proxycomp.checkpoint import lm_state, model_weights, reading, save_lm
 from proxycomp.cli import command_parser
 from proxycomp.errors import UserError
 from proxycomp.files import write_atomic
+from proxycomp.lit import ProxyLM
 
 from ..config import SIZES, EvalConfig
 from ..evaluator import Evaluator
@@ -48,8 +54,17 @@ USAGE = __doc__.split("\n\n")[1]
 
 @dataclass
 class GymSettings:
-    size: str = "cpu"  # problem size of the training episodes: cpu, gpu (gpu_heldout is for evaluation)
-    workers: int | None = None  # gym worker processes; None: one per GPU, else 1
+    """The gym that scores the training episodes.
+
+    Args:
+        size: problem size of the training episodes: cpu or gpu (gpu_heldout is for evaluation)
+        workers: gym worker processes; null: one per GPU, else 1
+        correct_trials: random inputs a candidate must match the reference on
+        timeout_s: wall seconds per candidate
+    """
+
+    size: str = "cpu"
+    workers: int | None = None
     correct_trials: int = 3
     timeout_s: float = 120.0
 
@@ -60,10 +75,17 @@ class GymSettings:
 
 @dataclass
 class FabricSettings:
+    """Where and in what precision the policy runs (Lightning Fabric).
+
+    Args:
+        accelerator: Fabric's accelerator: auto, cpu or cuda
+        precision: Fabric's precision; null: bf16-mixed on CUDA, 32-true on CPU
+        matmul_precision: torch.set_float32_matmul_precision of the policy process: high lets fp32 matmuls use
+            TF32 (the gym's workers keep TF32 off for their own timing and correctness, whatever this says)
+    """
+
     accelerator: str = "auto"
-    precision: str | None = None  # None: bf16-mixed on CUDA, 32-true on CPU
-    # torch.set_float32_matmul_precision for the policy process: "high" lets fp32 matmuls use TF32 (the gym's
-    # workers keep TF32 off for their own timing and correctness, whatever this says)
+    precision: str | None = None
     matmul_precision: str = "highest"
 
     def __post_init__(self) -> None:
@@ -77,20 +99,40 @@ def _default_tasks() -> list[str]:
 
 @dataclass
 class RLConfig:
-    tasks: list[str] = field(default_factory=_default_tasks)  # train tasks (shipped names or task file paths)
-    # A task-set folder (`proxycomp gym generate`'s OUT/tasks, a KernelBench level...): RL trains on its train_split
-    # instead of `tasks`, and evaluation.splits names the splits to evaluate on.
+    """Multi-turn kernel RL.
+
+    Args:
+        tasks: train tasks (shipped names or task file paths)
+        task_set: a task-set folder (`proxycomp gym generate`'s OUT/tasks, a KernelBench level...): RL trains on
+            its train_split instead of `tasks`, and evaluation.splits names the splits to evaluate on; null: none
+        train_split: the split of task_set RL trains on
+        steps: RL steps (rollout and update each)
+        tasks_per_step: train tasks per step, in rotation
+        seed: sampling and rejection seeds (a resumed run repeats a step exactly)
+        save_every: write OUT/checkpoints/last.ckpt every this many steps (and at the last)
+        max_time_s: wall seconds for this invocation, after-RL evaluation included: RL stops, checkpointed, before
+            a step that would leave too little time, and the policy is evaluated after the steps it took; null: no
+            limit
+        max_context: most prompt + reply symbols; null: the model's max_seq_len
+        decode: the sampler's decode loop: auto (a CUDA graph on a GPU, the eager loop elsewhere), graph, static
+            or dynamic
+        rollout: how the training episodes are sampled
+        algorithm: the policy update
+        warmstart: the supervised warm start before RL
+        evaluation: the held-out evaluation before and after RL
+        gym: the gym that scores the training episodes
+        fabric: where and in what precision the policy runs
+    """
+
+    tasks: list[str] = field(default_factory=_default_tasks)
     task_set: str | None = None
     train_split: str = "train"
-    steps: int = 20  # RL steps (rollout + update each)
+    steps: int = 20
     tasks_per_step: int = 2
     seed: int = 0
     save_every: int = 5
-    # Wall seconds for this invocation, after-RL evaluation included: RL stops (checkpointed) before a step that
-    # would leave too little time, and the policy is evaluated after the steps it took. None: no limit.
     max_time_s: float | None = None
-    max_context: int | None = None  # most prompt + reply symbols; None: the model's max_seq_len
-    # The sampler's decode loop (proxycomp.generate): auto is a CUDA graph on a GPU and the eager loop elsewhere.
+    max_context: int | None = None
     decode: Literal["auto", "graph", "static", "dynamic"] = "auto"
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
@@ -113,10 +155,10 @@ class RLConfigError(UserError):
 def _parser():
     parser = command_parser("proxycomp rl", "Multi-turn kernel RL (TRLOO) in the embedded gym.")
     parser.add_argument("--config", action="config", help="a YAML file of RLConfig fields (recipes/rl/*.yaml)")
-    parser.add_argument("--ckpt", required=True, help="the initial policy: a .ckpt written by `proxycomp fit`")
+    parser.add_argument("--ckpt", required=True, help="the initial policy: a .ckpt written by proxycomp (fit, rl)")
     parser.add_argument("--out", default="runs/rl", help="run folder: metrics, checkpoints, corpus, eval tables")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.ckpt")
-    parser.add_argument("--warmstart-only", action="store_true",
+    parser.add_argument("--warmstart_only", action="store_true",
                         help="stop after writing OUT/warmstart/model.ckpt and its evaluation before RL "
                              "(to share one warm start between runs)")
     parser.add_class_arguments(RLConfig, None)
@@ -145,13 +187,37 @@ def parse_config(argv: Sequence[str]) -> tuple[RLConfig, RunArgs]:
         raise RLConfigError(" ".join(str(err).strip("'\"").split())) from None
     args = RunArgs(Path(namespace.ckpt), Path(namespace.out), bool(namespace.resume), bool(namespace.warmstart_only))
     if args.warmstart_only and (args.resume or config.warmstart.steps == 0):
-        raise RLConfigError("--warmstart-only needs warmstart.steps > 0 and no --resume")
+        raise RLConfigError("--warmstart_only needs warmstart.steps > 0 and no --resume")
     return config, args
 
 
-def _warm_start(config: RLConfig, fabric, policy: ByteLMPolicy, tasks: list, gym: Evaluator, out_dir: Path) -> None:
-    """Build (or reload) the corpus, train on it, save the result to OUT/warmstart/model.ckpt."""
+@dataclass
+class BaseModel:
+    """The model RL starts from: its module, against which a saved model is checked, and its hyper-parameters and
+    tokenizer, which every checkpoint of the run carries besides its own weights."""
+
+    lm: ProxyLM
+    hyper_parameters: dict
+    spm_model: bytes | None
+
+    def load_into(self, module: torch.nn.Module, fabric, path: Path, state: dict | None = None) -> None:
+        """Load the weights of checkpoint `path` into `module` (and its other `state`, as fabric.load does), after
+        checking that they were trained from a model of this one's shape."""
+        with reading(path):
+            saved = fabric.load(path, state)
+        changes = self.lm.weight_changes(saved.get("hyper_parameters") or {})
+        if changes:
+            raise RLConfigError(f"{path} does not fit the model of --ckpt ({'; '.join(changes)}); use another --out "
+                                "or delete that file")
+        module.load_state_dict(model_weights(saved))
+
+
+def _warm_start(config: RLConfig, fabric, policy: ByteLMPolicy, base: BaseModel, tasks: list, gym: Evaluator,
+                out_dir: Path) -> None:
+    """Build (or reload) the corpus, train on it (going on from a partial checkpoint), save the result to
+    OUT/warmstart/model.ckpt."""
     corpus_path = out_dir / "warmstart" / "corpus.jsonl"
+    partial = out_dir / "warmstart" / "partial.ckpt"
     started = time.monotonic()
     if corpus_path.is_file():
         variants = load_corpus(corpus_path)
@@ -169,6 +235,12 @@ def _warm_start(config: RLConfig, fabric, policy: ByteLMPolicy, tasks: list, gym
     settings = config.warmstart
     optimizer = fabric.setup_optimizers(torch.optim.AdamW(
         policy.module.parameters(), lr=settings.lr, weight_decay=settings.weight_decay))
+    generator = torch.Generator().manual_seed(config.seed)
+    progress = {"optimizer": optimizer, "step": 0, "generator": generator.get_state()}
+    if partial.is_file():  # a warm start killed midway: its weights, optimizer and sampling go on
+        base.load_into(policy.module, fabric, partial, progress)
+        generator.set_state(progress["generator"])
+        print(f"warm start: going on from step {progress['step']} ({partial})", flush=True)
 
     def sft_step(loss: torch.Tensor) -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -176,10 +248,17 @@ def _warm_start(config: RLConfig, fabric, policy: ByteLMPolicy, tasks: list, gym
         fabric.clip_gradients(policy.module, optimizer, max_norm=settings.grad_clip)
         optimizer.step()
 
-    warm_start(policy, examples, settings, step_fn=sft_step, generator=torch.Generator().manual_seed(config.seed),
+    def save_partial(step: int) -> None:
+        if step % settings.save_every == 0 and step < settings.steps:
+            fabric.save(partial, {**lm_state(base.hyper_parameters, policy.module, base.spm_model),
+                                  "optimizer": optimizer, "step": step, "generator": generator.get_state()})
+
+    warm_start(policy, examples, settings, step_fn=sft_step, generator=generator, start=progress["step"],
+               after_step=save_partial,
                log=lambda step, loss: print(f"warm start step {step:>4}  nll/byte {loss:.4f}", flush=True))
     print(f"warm start: {settings.steps} steps in {time.monotonic() - started:.0f} s", flush=True)
-    fabric.save(out_dir / "warmstart" / "model.ckpt", {"model": policy.module})
+    save_lm(out_dir / "warmstart" / "model.ckpt", base.hyper_parameters, policy.module, base.spm_model)
+    partial.unlink(missing_ok=True)
 
 
 def gpu_turn(device: torch.device) -> Callable[[], ContextManager]:
@@ -251,13 +330,14 @@ def _before_rl(config: RLConfig, policy: ByteLMPolicy, evaluator, sets: dict, wa
 def run(config: RLConfig, args: RunArgs) -> int:
     from lightning.fabric import Fabric
 
-    from proxycomp.checkpoint import AtomicCheckpointIO, load_lm
+    from proxycomp.checkpoint import AtomicCheckpointIO, lm_from_checkpoint, read_checkpoint, spm_model_of
 
     started = time.monotonic()
     ckpt, out_dir, resume = args.ckpt, args.out, args.resume
     checkpoint = out_dir / "checkpoints" / "last.ckpt"
     if resume and not checkpoint.is_file():
-        raise RLConfigError(f"--resume: no checkpoint at {checkpoint}; run without --resume to start")
+        raise RLConfigError(f"--resume: no checkpoint at {checkpoint}; run without --resume to start (a warm start "
+                            "killed midway goes on by itself)")
     if not resume and checkpoint.exists():
         raise RLConfigError(f"--out {out_dir} already holds a run; pass --resume to continue it "
                             "or choose another --out")
@@ -272,7 +352,10 @@ def run(config: RLConfig, args: RunArgs) -> int:
     torch.set_float32_matmul_precision(config.fabric.matmul_precision)
     # The sampler decodes with SDPA over a KV cache; scoring with the same attention and embedding code keeps
     # the trainer/rollout probability ratio at rounding level (a Triton/TF32 path would trip mismatch rejection).
-    module = fabric.setup_module(load_lm(ckpt, attn_backend="sdpa", embed_backend="torch").model.train())
+    saved = read_checkpoint(ckpt)
+    base = BaseModel(lm_from_checkpoint(saved, ckpt, attn_backend="sdpa", embed_backend="torch"),
+                     saved["hyper_parameters"], spm_model_of(saved))
+    module = fabric.setup_module(base.lm.model.train())
     policy = ByteLMPolicy(module, max_context=config.max_context, decode=config.decode,
                           gpu_turn=gpu_turn(fabric.device))
     pool = LocalPool(num_workers=config.gym.workers)
@@ -285,14 +368,10 @@ def run(config: RLConfig, args: RunArgs) -> int:
         train_gym = evaluator(config.gym.size)
         warm_model = out_dir / "warmstart" / "model.ckpt"
         if not resume and warm_model.is_file():
-            try:
-                fabric.load(warm_model, {"model": module})
-            except RuntimeError as err:  # size mismatch: it was warm-started from another base model
-                raise RLConfigError(f"{warm_model} does not fit the model of --ckpt {ckpt} ({str(err).splitlines()[0]}); "
-                                    "use another --out or delete that file") from None
+            base.load_into(module, fabric, warm_model)
             print(f"warm start: reusing {warm_model}", flush=True)
         elif not resume and config.warmstart.steps > 0:
-            _warm_start(config, fabric, policy, tasks, train_gym, out_dir)
+            _warm_start(config, fabric, policy, base, tasks, train_gym, out_dir)
         # The policy is the warm start itself until RL or a resumed checkpoint changes it.
         warm_dir = warm_model.parent if not resume and warm_model.is_file() else None
         if args.warmstart_only:
@@ -303,7 +382,8 @@ def run(config: RLConfig, args: RunArgs) -> int:
             module.parameters(), lr=config.algorithm.lr, weight_decay=config.algorithm.weight_decay))
         trainer = RLTrainer(fabric=fabric, policy=policy, optimizer=optimizer, evaluator=train_gym, tasks=tasks,
                             rollout=config.rollout, algorithm=config.algorithm, out_dir=out_dir,
-                            tasks_per_step=config.tasks_per_step, seed=config.seed, save_every=config.save_every)
+                            tasks_per_step=config.tasks_per_step, seed=config.seed, save_every=config.save_every,
+                            hyper_parameters=base.hyper_parameters, spm_model=base.spm_model)
         before_path = out_dir / "eval_before.json"
         if resume:
             trainer.load(checkpoint)

@@ -2,10 +2,10 @@
 
     python tools/compare_rl.py --config recipes/rl/h200_compare.yaml --ckpt RUN/checkpoints/last.ckpt \
         --out runs/rl_compare [--estimators trloo,grpo] [--parallel] [-- --steps 4 ...any rl override...]
-    python tools/compare_rl.py --out runs/rl_compare --summarize-only   # re-read the runs, e.g. after a kill
-    python tools/compare_rl.py --config ... --ckpt ... --out runs/rl_compare --resume [--max-time-s 540]
+    python tools/compare_rl.py --out runs/rl_compare --summarize_only   # re-read the runs, e.g. after a kill
+    python tools/compare_rl.py --config ... --ckpt ... --out runs/rl_compare --resume [--max_time_s 540]
 
-1. `proxycomp rl --warmstart-only` writes OUT/warmstart/model.ckpt once (corpus labelled by the gym, SFT);
+1. `proxycomp rl --warmstart_only` writes OUT/warmstart/model.ckpt once (corpus labelled by the gym, SFT);
 2. each estimator's run starts from a copy of it (OUT/<estimator>/, its log in OUT/<estimator>.log), with the
    same config, seed and sampling, so the runs differ only in the estimator (and, with --parallel, in the
    timing noise of sharing one GPU: the two before-RL evaluations score the same samples and show it);
@@ -17,7 +17,7 @@
 A run that fails leaves its log and makes the exit status non-zero; the others still finish and are summarised.
 With --resume, a run with a checkpoint continues from it (`proxycomp rl --resume`), a finished run (evaluated after
 the steps now asked for) is left alone, and a run killed before its first checkpoint starts again; so a comparison
-longer than one device call is a chain of calls on a machine that keeps OUT. --max-time-s ends the call in time
+longer than one device call is a chain of calls on a machine that keeps OUT. --max_time_s ends the call in time
 instead of being killed mid-step: a run stops, checkpointed, before a step that would leave no room for its after-RL
 evaluation, and is evaluated after the steps it took (--resume trains it on). In sequence, the first run gets an
 equal share of the time left and its steps set the others' (they are not cut by the clock), so the runs keep an
@@ -175,19 +175,19 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", type=Path)
-    parser.add_argument("--ckpt", type=Path)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--estimators", default="trloo,grpo")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser.add_argument("--config", type=Path, help="the rl config every run shares (recipes/rl/*.yaml)")
+    parser.add_argument("--ckpt", type=Path, help="the initial policy: a .ckpt written by proxycomp (fit, rl)")
+    parser.add_argument("--out", type=Path, required=True, help="the comparison's folder: warm start, runs, summary")
+    parser.add_argument("--estimators", default="trloo,grpo", help="comma-separated advantage estimators, one run each")
     parser.add_argument("--parallel", action="store_true", help="run the estimators at the same time (one GPU shared)")
-    parser.add_argument("--summarize-only", action="store_true", help="only write the summary of the runs in --out")
+    parser.add_argument("--summarize_only", action="store_true", help="only write the summary of the runs in --out")
     parser.add_argument("--resume", action="store_true", help="continue the runs already in --out")
-    parser.add_argument("--max-time-s", type=float,
+    parser.add_argument("--max_time_s", type=float,
                         help="wall seconds for this invocation, after-RL evaluations included (see above)")
     args = parser.parse_args(argv)
     if args.max_time_s is not None and args.max_time_s <= 0:
-        parser.error(f"--max-time-s: must be > 0, got {args.max_time_s:g}")
+        parser.error(f"--max_time_s: must be > 0, got {args.max_time_s:g}")
     from proxycomp.gym_bridge.rl.advantages import estimator_names
 
     estimators = [e.strip() for e in args.estimators.split(",") if e.strip()]
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     warm = args.out / "warmstart"
     if not (warm / "model.ckpt").is_file():
-        command = rl_command(args.config, args.ckpt, args.out / "warmstart_run", [*extra, "--warmstart-only"])
+        command = rl_command(args.config, args.ckpt, args.out / "warmstart_run", [*extra, "--warmstart_only"])
         if run_logged(command, args.out / "warmstart.log").wait():
             print(f"compare_rl: the warm start failed; see {args.out / 'warmstart.log'}", file=sys.stderr)
             return 1

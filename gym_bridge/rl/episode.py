@@ -42,7 +42,7 @@ class Turn:
     reply: str
     code: str | None = None  # the code extracted from the reply; None when extraction failed
     reward: float = 0.0
-    status: str = ""  # the gym's verdict (EvalResult.status)
+    status: str = ""  # the gym's verdict (EvalResult.status): no_code, error, incorrect, ok, ...
     correct: bool = False
     coverage: float | None = None  # Triton share of CUDA time; None when not profiled (CPU)
     hacks: tuple[str, ...] = ()  # names of the reward-hacking checks the candidate tripped

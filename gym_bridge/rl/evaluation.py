@@ -27,12 +27,27 @@ PER_TASK_ROWS = 8  # the table lists each task of a set only for sets this small
 
 @dataclass
 class EvaluationConfig:
-    tasks: list[str] | None = None  # shipped names or task files, one set named "tasks"
-    splits: list[str] = field(default_factory=list)  # splits of RLConfig.task_set, one set each, e.g. ["heldout"]
-    shipped: bool = False  # also the shipped tasks, the set "shipped" (a second held-out set)
-    max_tasks: int | None = None  # the first N tasks (by name) of each split, to fit a budget; null: all
-    sizes: list[str] = field(default_factory=lambda: ["cpu"])  # gym problem sizes, e.g. ["gpu_heldout"]
-    samples_per_task: int = 4  # episodes per task: a set's episodes are samples_per_task x its tasks
+    """The held-out evaluation before and after RL, on one or more named sets of tasks.
+
+    Args:
+        tasks: shipped task names or task files, the set "tasks"
+        splits: splits of RLConfig.task_set, one set each, e.g. [heldout]
+        shipped: also the shipped tasks, the set "shipped" (a second held-out set)
+        max_tasks: the first N tasks (by name) of each split, to fit a budget; null: all
+        sizes: gym problem sizes, e.g. [gpu_heldout]
+        samples_per_task: episodes per task: a set's episodes are samples_per_task x its tasks
+        turns: most turns per episode
+        temperature: sampling temperature
+        top_p: nucleus sampling mass
+        seed: sampling seed (the same before and after RL)
+    """
+
+    tasks: list[str] | None = None
+    splits: list[str] = field(default_factory=list)
+    shipped: bool = False
+    max_tasks: int | None = None
+    sizes: list[str] = field(default_factory=lambda: ["cpu"])
+    samples_per_task: int = 4
     turns: int = 3
     temperature: float = 1.0
     top_p: float = 0.95

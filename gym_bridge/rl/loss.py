@@ -24,11 +24,21 @@ _LOG_RATIO_LIMIT = 20.0  # exp() of larger log-ratios overflows fp32 for no usef
 
 @dataclass(frozen=True)
 class PolicyLossConfig:
+    """The clipped policy-gradient loss.
+
+    Args:
+        clip_low: ε_low, the ratio's lower clip is 1 - ε_low
+        clip_high: ε_high, the ratio's upper clip is 1 + ε_high (above ε_low, rare tokens may grow)
+        dual_clip: c > 1 bounds the loss of a negative-advantage token at -A·c; null: no dual clip
+        aggregation: how token losses become one: token-mean, seq-mean-token-sum or seq-mean-token-mean
+        kl_coef: weight of the k3 KL to the initial policy (> 0 keeps a frozen copy of it)
+    """
+
     clip_low: float = 0.2
     clip_high: float = 0.28
-    dual_clip: float | None = 3.0  # c > 1; None disables
+    dual_clip: float | None = 3.0
     aggregation: Aggregation = "seq-mean-token-sum"
-    kl_coef: float = 0.0  # > 0 requires logp_ref
+    kl_coef: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.clip_low < 1.0:

@@ -26,13 +26,25 @@ from ._checks import require_2d, require_bool, require_same_shape
 
 @dataclass(frozen=True)
 class MismatchConfig:
+    """Correction of the trainer/rollout log-prob mismatch (ρ = exp(logp_trainer - logp_rollout) per token).
+
+    Args:
+        rejection: geometric rejects a trajectory whose geometric-mean ratio ρ̄ leaves [lower, upper]; none keeps all
+        lower: the lowest ρ̄ of a kept trajectory
+        upper: the highest ρ̄ of a kept trajectory
+        veto_threshold: a token with ρ below this rejects its trajectory; null: no veto
+        tis: truncated importance sampling weights: none, token (min(ρ, cap) per token) or sequence (per trajectory)
+        tis_cap: the cap of the TIS weights
+        log_clamp: |log ρ| and |log ρ̄| are clamped to this before exp, so weights stay finite
+    """
+
     rejection: Literal["geometric", "none"] = "geometric"
-    lower: float = 0.999  # bounds on the geometric-mean ratio ρ̄ of a kept trajectory
+    lower: float = 0.999
     upper: float = 1.001
-    veto_threshold: float | None = 1e-4  # any token with ρ below this rejects its trajectory; None disables
+    veto_threshold: float | None = 1e-4
     tis: Literal["none", "token", "sequence"] = "none"
     tis_cap: float = 2.0
-    log_clamp: float = 20.0  # |log ρ| and |log ρ̄| are clamped to this before exp, so weights stay finite
+    log_clamp: float = 20.0
 
     def __post_init__(self) -> None:
         if self.rejection not in ("geometric", "none"):

@@ -25,8 +25,15 @@ from ._checks import require_bool, require_same_shape
 
 @dataclass(frozen=True)
 class PRSConfig:
-    threshold: float = 0.3  # τ: coverage at or below which a correct turn is always dropped
-    scale: float = 0.1  # s: width of the linear ramp from always-dropped to always-kept
+    """Profiling-based rejection of correct turns whose Triton kernels cover little of the CUDA time.
+
+    Args:
+        threshold: τ, the coverage at or below which a correct turn is always dropped
+        scale: s, the width of the linear ramp from always dropped (τ) to always kept (τ + s)
+    """
+
+    threshold: float = 0.3
+    scale: float = 0.1
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.threshold <= 1.0:

@@ -40,14 +40,28 @@ from .episode import DEFAULT_INSTRUCTIONS, Trajectory, Turn, first_prompt, next_
 
 @dataclass
 class RolloutConfig:
-    turns: int = 3  # turns per trajectory, all played (the reference recipe's MAX_TURN)
-    samples_per_task: int = 8  # trajectories per task: the group the advantage baseline is taken over
-    max_bytes: int = 2048  # most reply bytes per turn
-    prompt_max_bytes: int | None = 4096  # prompts are cut (middle of long sections) to this many bytes
+    """How the training episodes are sampled.
+
+    Args:
+        turns: turns per trajectory, all played (the reference recipe's MAX_TURN)
+        samples_per_task: trajectories per task: the group the advantage baseline is taken over
+        max_bytes: most reply bytes per turn
+        prompt_max_bytes: prompts are cut (in the middle of long sections) to this many bytes; null: not cut
+        temperature: sampling temperature
+        top_p: nucleus sampling mass
+        instructions: what the prompt asks for, after the reference code
+        overlap_groups: above 1, generate one group's turn while the gym scores another's (at most one group per
+            trajectory)
+    """
+
+    turns: int = 3
+    samples_per_task: int = 8
+    max_bytes: int = 2048
+    prompt_max_bytes: int | None = 4096
     temperature: float = 1.0
     top_p: float = 1.0
     instructions: str = DEFAULT_INSTRUCTIONS
-    overlap_groups: int = 1  # >1: generate one group's turn while the gym scores another's (capped at #trajectories)
+    overlap_groups: int = 1
 
     def __post_init__(self) -> None:
         if self.turns < 1 or self.samples_per_task < 1 or self.max_bytes < 1 or self.overlap_groups < 1:

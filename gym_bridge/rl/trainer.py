@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 
+from proxycomp.checkpoint import lm_state, model_weights, reading
 from proxycomp.files import write_atomic
 
 from ..evaluator import Evaluator
@@ -52,16 +53,32 @@ METRIC_COLUMNS = (
 
 @dataclass
 class AlgorithmConfig:
-    estimator: str = "trloo"  # any registered estimator: trloo, grpo, rloo
-    estimator_options: dict[str, Any] = field(default_factory=dict)  # e.g. grpo's {"std_normalize": true}
-    gamma: float = 1.0  # reward-to-go discount over turns
+    """The policy update.
+
+    Args:
+        estimator: the advantage estimator: trloo, grpo or rloo (any registered one)
+        estimator_options: keyword arguments of the estimator, e.g. grpo's {"std_normalize": true}
+        gamma: reward-to-go discount over turns
+        lr: AdamW learning rate
+        weight_decay: AdamW weight decay
+        grad_clip: gradient norm clip
+        updates_per_step: optimizer steps on each rollout batch
+        micro_batch: rows (turns) per forward and backward; gradients accumulate over them
+        loss: the clipped policy-gradient loss
+        prs: profiling-based rejection sampling; null: off
+        mismatch: trainer/rollout mismatch correction
+    """
+
+    estimator: str = "trloo"
+    estimator_options: dict[str, Any] = field(default_factory=dict)
+    gamma: float = 1.0
     lr: float = 1e-6
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    updates_per_step: int = 1  # optimizer steps on each rollout batch
-    micro_batch: int = 8  # rows (turns) per forward/backward; gradients accumulate over them
+    updates_per_step: int = 1
+    micro_batch: int = 8
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
-    prs: PRSConfig | None = field(default_factory=PRSConfig)  # None disables PRS
+    prs: PRSConfig | None = field(default_factory=PRSConfig)
     mismatch: MismatchConfig = field(default_factory=MismatchConfig)
 
     def __post_init__(self) -> None:
@@ -98,7 +115,8 @@ def _pad(rows: Sequence[torch.Tensor]) -> torch.Tensor:
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Per episode: reward, correct at turn 0 / at any turn / at the last turn, fast@p at turn 0 and at its best
     turn (correct, unflagged and speedup > p; an untimed turn is never fast). Per turn: coverage, hack rate, and
-    the gym's verdict counts (``verdict/<status>``, ``hack/<kind>`` by the part of a hack's name before ':')."""
+    the gym's verdict counts (``verdict/<status>``: why a reward is 0, e.g. no_code for a reply without a code block;
+    ``hack/<kind>`` by the part of a hack's name before ':')."""
     turns = [t for traj in trajectories for t in traj.turns]
     covered = [t.coverage for t in turns if t.coverage is not None]
 
@@ -266,7 +284,7 @@ class MetricsLog:
 
     def write_turns(self, step: int, trajectories: Sequence[Trajectory], mismatch: dict[int, dict],
                     prs: dict[tuple[int, int], dict]) -> None:
-        """One JSON line per scored turn: what the gym said of each kernel the policy wrote, PRS's verdict on the
+        """One JSON line per scored turn: the reply, what the gym said of the kernel in it, PRS's verdict on the
         turn and why (band, coverage, threshold; null with PRS off), and the update's mismatch verdict on its
         trajectory (null where PRS kept none of its turns)."""
         with self.rollouts.open("a") as fh:
@@ -277,6 +295,7 @@ class MetricsLog:
                         "status": turn.status, "correct": turn.correct, "speedup": turn.speedup,
                         "coverage": turn.coverage, "hacks": list(turn.hacks), "feedback": turn.feedback,
                         "stage_s": turn.stage_s, "prs": prs.get((i, t)), "mismatch": mismatch.get(i),
+                        "reply": turn.reply,
                     }) + "\n")
 
     def write(self, metrics: dict[str, Any]) -> None:
@@ -293,6 +312,10 @@ class MetricsLog:
         shown = ("reward/mean", "correct/turn0", "correct/any", "fast@1.2/best", "prs/rejection_rate",
                  "mismatch/rejection_rate", "loss/total", "loss/entropy", "time/generate_s", "time/gym_wait_s")
         print(f"step {metrics['step']:>4}  " + "  ".join(f"{k} {_fmt(metrics.get(k))}" for k in shown), flush=True)
+        verdicts = {k.removeprefix("verdict/"): v for k, v in metrics.items() if k.startswith("verdict/")}
+        if verdicts:  # why the rewards are what they are, without opening rollouts.jsonl
+            most = sorted(verdicts.items(), key=lambda item: -item[1])
+            print("           turns: " + ", ".join(f"{count:.0f} {status}" for status, count in most), flush=True)
 
 
 def _fmt(value: Any) -> str:
@@ -325,7 +348,11 @@ class RLTrainer:
         tasks_per_step: int,
         seed: int,
         save_every: int,
+        hyper_parameters: dict,
+        spm_model: bytes | None = None,
     ) -> None:
+        """`hyper_parameters` (and `spm_model`) of the model the policy was loaded from go into every checkpoint,
+        so `generate`, `eval-bpb` and `fit --init_from` read it as they read one of `fit`."""
         if not tasks:
             raise ValueError("tasks: no train tasks")
         if tasks_per_step < 1:
@@ -333,6 +360,7 @@ class RLTrainer:
         self.fabric, self.policy, self.optimizer, self.evaluator = fabric, policy, optimizer, evaluator
         self.tasks, self.rollout, self.algorithm = list(tasks), rollout, algorithm
         self.out_dir, self.tasks_per_step, self.seed, self.save_every = Path(out_dir), tasks_per_step, seed, save_every
+        self.hyper_parameters, self.spm_model = hyper_parameters, spm_model
         self.reference: ByteLMPolicy | None = None
         if algorithm.loss.kl_coef > 0:
             frozen = copy.deepcopy(policy.module).requires_grad_(False)
@@ -347,21 +375,25 @@ class RLTrainer:
     def checkpoint_path(self) -> Path:
         return self.out_dir / "checkpoints" / "last.ckpt"
 
-    def _state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"model": self.policy.module, "optimizer": self.optimizer, "step": self.step,
-                                 "longest_step_s": self.longest_step_s}
-        if self.reference is not None:
-            state["reference"] = self.reference.module
-        return state
+    def _training_state(self) -> dict[str, Any]:
+        """What a resume needs besides the weights (Fabric restores the optimizer in place)."""
+        return {"optimizer": self.optimizer, "step": self.step, "longest_step_s": self.longest_step_s}
 
     def save(self) -> None:
-        self.fabric.save(self.checkpoint_path, self._state())
+        state = {**lm_state(self.hyper_parameters, self.policy.module, self.spm_model), **self._training_state()}
+        if self.reference is not None:
+            state["reference_state_dict"] = self.reference.module.state_dict()
+        self.fabric.save(self.checkpoint_path, state)
 
     def load(self, path: Path) -> None:
-        state = self._state()
-        self.fabric.load(path, state)  # restores modules and the optimizer in place, plain values into `state`
+        state = self._training_state()
+        with reading(path):
+            saved = self.fabric.load(path, state)  # the optimizer in place, plain values into `state`; the rest back
+            self.policy.module.load_state_dict(model_weights(saved))
+            if self.reference is not None:
+                self.reference.module.load_state_dict(saved["reference_state_dict"])
         self.step = int(state["step"])
-        self.longest_step_s = float(state.get("longest_step_s", 0.0))
+        self.longest_step_s = float(state["longest_step_s"])
         self.log.truncate(self.step)
 
     def tasks_for_step(self, step: int) -> list[Task]:

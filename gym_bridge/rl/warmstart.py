@@ -80,20 +80,36 @@ class Example:
 
 @dataclass
 class WarmStartConfig:
-    steps: int = 0  # optimizer steps; 0 skips the warm start
+    """The supervised warm start on the kernel corpus, before RL.
+
+    Args:
+        steps: optimizer steps; 0 skips the warm start
+        batch_size: examples per step
+        lr: AdamW learning rate
+        weight_decay: AdamW weight decay
+        grad_clip: gradient norm clip
+        label_tasks: train tasks whose variants the gym judges (the first N); the rest give their solution alone;
+            null: every train task
+        fix_share: share of fix examples (broken code and its feedback -> the correct code) in a batch
+        first_turn_broken_share: share of broken code among the first-turn replies
+        log_every: print the mean loss every this many steps
+        save_every: write OUT/warmstart/partial.ckpt every this many steps, so a killed warm start goes on from it
+    """
+
+    steps: int = 0
     batch_size: int = 8
     lr: float = 1e-3
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    label_tasks: int | None = None  # train tasks whose variants the gym judges (the first N); the rest give their
-    # solution alone; null: every train task
-    fix_share: float = 0.4  # share of fix examples in a batch
-    first_turn_broken_share: float = 0.0  # share of broken code among the first-turn replies
+    label_tasks: int | None = None
+    fix_share: float = 0.4
+    first_turn_broken_share: float = 0.0
     log_every: int = 10
+    save_every: int = 50
 
     def __post_init__(self) -> None:
-        if self.steps < 0 or self.batch_size < 1 or self.lr <= 0 or self.log_every < 1:
-            raise UserError("warmstart: need steps >= 0, batch_size >= 1, lr > 0 and log_every >= 1")
+        if self.steps < 0 or self.batch_size < 1 or self.lr <= 0 or self.log_every < 1 or self.save_every < 1:
+            raise UserError("warmstart: need steps >= 0, batch_size >= 1, lr > 0, log_every >= 1 and save_every >= 1")
         if self.label_tasks is not None and self.label_tasks < 0:
             raise UserError(f"warmstart.label_tasks: must be >= 0 (or null for all), got {self.label_tasks}")
         for name in ("fix_share", "first_turn_broken_share"):
@@ -245,15 +261,20 @@ def warm_start(
     step_fn: Callable[[torch.Tensor], None],
     generator: torch.Generator,
     log: Callable[[int, float], None] = lambda step, loss: None,
+    start: int = 0,
+    after_step: Callable[[int], None] = lambda step: None,
 ) -> list[float]:
-    """``config.steps`` supervised steps; ``step_fn(loss)`` does backward, clipping and the optimizer step."""
+    """Supervised steps `start` to ``config.steps``; ``step_fn(loss)`` does backward, clipping and the optimizer
+    step, ``after_step(steps done)`` follows each (to checkpoint). Batches are drawn from `generator` alone, so a
+    run going on from step k with the generator's state at k draws what an uninterrupted one would."""
     if not examples:
         raise UserError("warm start: the corpus has no examples; check the train tasks' solutions")
     losses = []
-    for step, batch in zip(range(config.steps), batches(examples, config, generator)):
+    for step, batch in zip(range(start, config.steps), batches(examples, config, generator)):
         loss = reply_nll(policy, batch)
         step_fn(loss)
         losses.append(float(loss.detach()))
         if (step + 1) % config.log_every == 0 or step + 1 == config.steps:
             log(step + 1, sum(losses[-config.log_every:]) / len(losses[-config.log_every:]))
+        after_step(step + 1)
     return losses

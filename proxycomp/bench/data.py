@@ -6,7 +6,7 @@ the same documents, timed by process CPU time so the figure is per core even on 
 batches of the paper schedule with spm (its paired warmup) are read for distinct documents per batch and the share
 of rows that hold a whole pair (`TrainStream.report`, the figures of the data manifest).
 
-    python tools/bench_data.py [--max-documents 400] [--record]
+    python tools/bench_data.py [--max_documents 400] [--record]
 """
 from __future__ import annotations
 
@@ -51,16 +51,16 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--max-documents", type=int, default=400, help="python-sources sample size")
-    p.add_argument("--spm-vocab-size", type=int, default=8192)
-    p.add_argument("--spm-train-bytes", type=int, default=10_000_000)
-    p.add_argument("--zstd-level", type=int, default=3)
-    p.add_argument("--brotli-quality", type=int, default=5)
-    p.add_argument("--seq-len", type=int, default=2048)
-    p.add_argument("--batch-size", type=int, default=32, help="rows of the batches whose contents are reported")
-    p.add_argument("--report-batches", type=int, default=8, help="batches the contents are averaged over")
-    p.add_argument("--device-note", default="this machine", help="what to call the machine in BENCHMARKS.md")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("--max_documents", type=int, default=400, help="python-sources sample size")
+    p.add_argument("--spm_vocab_size", type=int, default=8192, help="SentencePiece pieces")
+    p.add_argument("--spm_train_bytes", type=int, default=10_000_000, help="bytes the SentencePiece model trains on")
+    p.add_argument("--zstd_level", type=int, default=3, help="zstd compression level")
+    p.add_argument("--brotli_quality", type=int, default=5, help="brotli quality")
+    p.add_argument("--seq_len", type=int, default=2048, help="symbols per packed window")
+    p.add_argument("--batch_size", type=int, default=32, help="rows of the batches whose contents are reported")
+    p.add_argument("--report_batches", type=int, default=8, help="batches the contents are averaged over")
+    p.add_argument("--device_note", default="this machine", help="what to call the machine in BENCHMARKS.md")
     p.add_argument("--record", action="store_true", help="append a dated block to BENCHMARKS.md")
     add_benchmarks_option(p, BENCHMARKS)
     args = p.parse_args(argv)

@@ -1,7 +1,7 @@
 """Time the sampler's decode loops (`proxycomp.generate`, decode=...) on one model in one run.
 
     python tools/bench_decode.py --ckpt RUN/checkpoints/last.ckpt [--batch 8] [--prompt 1024] [--new 2048]
-    python tools/bench_decode.py --d-model 512 --layers 8      # a randomly initialised model of that size
+    python tools/bench_decode.py --d_model 512 --layers 8      # a randomly initialised model of that size
 
 Every mode decodes the same prompts for the full `--new` symbols (no stop symbol), greedy, after one warm-up
 call; the table gives milliseconds per decoded symbol (the whole batch advancing by one) and the ratio to the
@@ -45,14 +45,15 @@ def time_mode(model: Transformer, prompts: list[list[int]], new: int, mode: str,
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ckpt", type=Path)
-    parser.add_argument("--d-model", type=int, default=512)
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=8)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser.add_argument("--ckpt", type=Path, help="a checkpoint to decode with; default: a random model of --d_model")
+    parser.add_argument("--d_model", type=int, default=512, help="width of the random model")
+    parser.add_argument("--layers", type=int, default=8, help="layers of the random model")
+    parser.add_argument("--batch", type=int, default=8, help="prompts decoded together")
     parser.add_argument("--prompt", type=int, default=1024, help="symbols per prompt (rows differ by up to 10%%)")
-    parser.add_argument("--new", type=int, default=2048)
-    parser.add_argument("--modes", default="dynamic,static,graph")
+    parser.add_argument("--new", type=int, default=2048, help="symbols decoded per prompt")
+    parser.add_argument("--modes", default="dynamic,static,graph",
+                        help="comma-separated decode loops to time, dynamic first (the reference)")
     parser.add_argument("--bf16", action="store_true", help="decode under bf16 autocast")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     args = parser.parse_args()

@@ -455,7 +455,7 @@ def record(path: Path, rows: list[str], ratios: dict, device: str, command: str)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--out", required=True, help="path of the JSON file with every figure")
     parser.add_argument("--record", action="store_true", help="append a dated block to BENCHMARKS.md")
     add_benchmarks_option(parser, BENCHMARKS_MD)
@@ -463,7 +463,7 @@ def main() -> None:
                         help="comma-separated: attention (incl. document masking), embedding (fused with RMSNorm), "
                              "flex (document-masked attention beside FlexAttention at 1-128 documents per row and "
                              "on the spm stream's windows), sweep (attention block configs at the models' shapes)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     if parts - set(PARTS):  # split never yields an empty set; "" is refused here

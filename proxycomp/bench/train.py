@@ -422,7 +422,7 @@ def data_table(rows: list[dict], best: dict[str, float]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Preset, list[ModelSize], list[Arm]]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--sizes", choices=sorted(PRESETS), default="h200", help="preset: model sizes, steps, data scale")
     p.add_argument("--models", help="comma-separated subset of the preset's models (default: all)")
     p.add_argument("--arms", help=f"comma-separated subset of {', '.join(a.name for a in ARMS)} (default: all)")
@@ -430,9 +430,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Preset, list
     p.add_argument("--steps", type=int, help="timed steps per arm (default: the preset's)")
     p.add_argument("--windows", choices=sorted(WINDOW_WORDS), default="raw",
                    help="what the arms train on: synthetic byte-only windows, or the spm proxy recipe's stream")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the models and data")
     p.add_argument("--out", type=Path, help="write every figure to this JSON file")
-    p.add_argument("--device-note", default="", help="extra words on the machine for BENCHMARKS.md")
+    p.add_argument("--device_note", default="", help="extra words on the machine for BENCHMARKS.md")
     p.add_argument("--profile", type=Path, metavar="DIR",
                    help="also profile each arm's timed window into DIR/MODEL_ARM.txt (top kernels) and "
                         "DIR/MODEL_ARM.trace.json (timeline); a diagnosis: do not --record figures from a profiled run")

@@ -1,11 +1,14 @@
 """Corpus loading: documents from a source, deduplicated, size-filtered and split train/val by a stable hash.
 
-Sources: ``folder`` (files matching a glob), ``jsonl`` and ``parquet`` (a text column), ``hf`` (a local
-`datasets` dataset, never the hub) and ``python-sources`` (the running interpreter's stdlib and
-site-packages ``.py`` files, split by top-level package so validation packages are unseen).
+Sources: ``folder`` (files matching one or more globs, minus excluded names), ``jsonl`` and ``parquet`` (a text
+column), ``hf`` (a local `datasets` dataset or data file, never the hub) and ``python-sources`` (the running
+interpreter's stdlib and site-packages ``.py`` files, split by top-level package so validation packages are
+unseen). The held-out set is a share of the documents, or a corpus of its own (`val_path`, an HF `val_split`).
 """
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import hashlib
 import json
 import os
@@ -54,6 +57,7 @@ class CorpusReport:
     val: int = 0
     val_bytes: int = 0
     val_groups: list[str] = field(default_factory=list)
+    val_source: str = ""  # where a held-out set of its own came from; empty: a share of the documents
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -65,7 +69,7 @@ class CorpusReport:
             f"{self.duplicates} duplicates ({self.duplicate_bytes / mb:.1f} MB), {self.too_small} too small, "
             f"{self.too_large} too large, {self.invalid_utf8} non-UTF-8; train {self.train} "
             f"({self.train_bytes / mb:.1f} MB), val {self.val} ({self.val_bytes / mb:.1f} MB, "
-            f"{len(self.val_groups)} groups)"
+            + (f"from {self.val_source})" if self.val_source else f"{len(self.val_groups)} groups)")
         )
 
 
@@ -86,32 +90,57 @@ class CorpusConfig:
     """Where the documents come from and which of them are kept.
 
     Args:
-        source: python-sources (this interpreter's own .py files), folder, jsonl, parquet or hf (a local
-            `datasets` folder, never the hub)
+        source: python-sources (this interpreter's own .py files; reads no path), folder, jsonl, parquet or hf
+            (a local `datasets` folder or data file, never the hub)
         path: the file or folder a folder, jsonl, parquet or hf source reads
-        glob: the files a folder source reads
+        glob: the files a folder source reads: one pattern or a list, e.g. ["**/*.py", "**/*.rs"] (quote each:
+            YAML reads a bare * as an alias)
+        exclude: files a folder source skips: a pattern without / matches any file or folder name on the way
+            (node_modules, *.min.js), one with / the path below data.corpus.path (tests/fixtures/*); null: none
         text_field: the text column of jsonl, parquet and hf records
         min_bytes: shorter documents are dropped
         max_bytes: longer documents are dropped
-        max_documents: keep at most this many (a deterministic sample in stable-hash order); null: all
+        max_documents: keep at most this many (a deterministic sample in stable-hash order), in train and in a
+            held-out corpus of its own each; null: all
         val_fraction: share of the kept bytes held out for validation, by whole groups (packages for
-            python-sources, documents otherwise)
-        on_invalid_utf8: error or skip a document that is not UTF-8; null: skip for python-sources, error otherwise
+            python-sources, documents otherwise); unused when val_path or val_split names a held-out corpus
+        on_invalid_utf8: error or skip a document that is not UTF-8 (a binary or latin-1 file); null: skip for
+            python-sources, error otherwise
+        split: the split of an hf dataset to train on
+        val_path: a held-out corpus of its own, read like path (same source, glob, exclude and text_field)
+        val_split: the split of an hf dataset to hold out (e.g. validation or test), read from val_path or path
     """
 
     source: str = "python-sources"
     path: str | None = None
-    glob: str = "**/*.py"
+    glob: str | tuple[str, ...] = "**/*.py"
+    exclude: str | tuple[str, ...] | None = None
     text_field: str = "text"
     min_bytes: int = 200
     max_bytes: int = 200_000
     max_documents: int | None = None
     val_fraction: float = 0.05
     on_invalid_utf8: InvalidUtf8 | None = None
+    split: str = "train"
+    val_path: str | None = None
+    val_split: str | None = None
 
     def __post_init__(self) -> None:
+        for name in ("glob", "exclude"):  # one pattern or several; YAML and JSON give lists
+            value = getattr(self, name)
+            patterns = (value,) if isinstance(value, str) else tuple(value or ())
+            if any(p.startswith("[") for p in patterns):
+                raise CorpusError(f"data.corpus.{name} {value!r} looks like a list YAML could not read (a bare * "
+                                  'starts a YAML alias); quote each pattern: ["**/*.py", "**/*.rs"]')
+            object.__setattr__(self, name, value if isinstance(value, str) or value is None else patterns)
         if self.source not in SOURCES:
             raise CorpusError(f"unknown corpus source {self.source!r}; known: {', '.join(SOURCES)}")
+        if self.source == "python-sources" and (self.path or self.val_path):
+            raise CorpusError("data.corpus.path is set but data.corpus.source is python-sources, which reads this "
+                              "interpreter's own files; set data.corpus.source to folder, jsonl, parquet or hf")
+        if self.val_split is not None and self.source != "hf":
+            raise CorpusError(f"data.corpus.val_split names a split of an hf dataset; a {self.source} source holds "
+                              "out data.corpus.val_path or a data.corpus.val_fraction share")
         if not 0.0 < self.val_fraction < 1.0:
             raise CorpusError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
         if not 0 <= self.min_bytes <= self.max_bytes:
@@ -127,21 +156,40 @@ def load_corpus(config: CorpusConfig = CorpusConfig(), seed: int = 0) -> Corpus:
     """Read, filter, deduplicate and split a corpus.
 
     With `max_documents`, candidates are visited in stable-hash order of their names and reading stops once that
-    many are kept, so a capped corpus is a deterministic sample without reading everything.
+    many are kept, so a capped corpus is a deterministic sample without reading everything. A held-out corpus of
+    its own (`val_path`, `val_split`) is read after the train one; its documents that also occur in train are
+    dropped as duplicates.
     """
     c = config
-    source, path, min_bytes, max_bytes, max_documents = c.source, c.path, c.min_bytes, c.max_bytes, c.max_documents
-    policy = c.on_invalid_utf8 or ("skip" if source == "python-sources" else "error")
     report = CorpusReport()
-    kept: list[Document] = []
     hashes: set[bytes] = set()
-    for doc, size in _read_source(source, path, c.glob, c.text_field, min_bytes, max_bytes, max_documents, seed):
+    where = f"{c.source} {c.path}" if c.path else c.source
+    kept = _read_kept(c, c.path, c.split, seed, report, hashes, where)
+    if c.val_path is None and c.val_split is None:
+        train, val = _split(kept, c.val_fraction, seed, where, report)
+    else:
+        val_path, val_split = c.val_path or c.path, c.val_split or c.split
+        report.val_source = f"{val_path}" + (f" split {val_split}" if c.source == "hf" else "")
+        train, val = kept, _read_kept(c, val_path, val_split, seed, report, hashes, f"held-out {report.val_source}")
+    report.kept, report.kept_bytes = len(train) + len(val), sum(len(d.data) for d in train + val)
+    report.train, report.train_bytes = len(train), sum(len(d.data) for d in train)
+    report.val, report.val_bytes = len(val), sum(len(d.data) for d in val)
+    return Corpus(train, val, report)
+
+
+def _read_kept(c: CorpusConfig, path: str | None, split: str, seed: int, report: CorpusReport, hashes: set[bytes],
+               where: str) -> list[Document]:
+    """The documents of one source that pass the size, UTF-8 and duplicate filters (counted in `report`)."""
+    policy = c.on_invalid_utf8 or ("skip" if c.source == "python-sources" else "error")
+    kept: list[Document] = []
+    counts = dataclasses.replace(report)  # this read's own counts, for the message when nothing is kept
+    for doc, size in _read_source(c, path, split, seed):
         report.seen += 1
         report.seen_bytes += size
-        if size < min_bytes:
+        if size < c.min_bytes:
             report.too_small += 1
             continue
-        if size > max_bytes:
+        if size > c.max_bytes:
             report.too_large += 1
             continue
         try:
@@ -149,7 +197,8 @@ def load_corpus(config: CorpusConfig = CorpusConfig(), seed: int = 0) -> Corpus:
         except UnicodeDecodeError as err:
             if policy == "error":
                 raise CorpusError(
-                    f"{doc.name}: not valid UTF-8 at byte {err.start}; fix the file or set data.corpus.on_invalid_utf8=skip"
+                    f"{doc.name}: not valid UTF-8 at byte {err.start}; fix the file, exclude it "
+                    "(data.corpus.exclude) or skip such files with --data.corpus.on_invalid_utf8 skip"
                 ) from None
             report.invalid_utf8 += 1
             continue
@@ -160,20 +209,16 @@ def load_corpus(config: CorpusConfig = CorpusConfig(), seed: int = 0) -> Corpus:
             continue
         hashes.add(digest)
         kept.append(doc)
-        if max_documents is not None and len(kept) >= max_documents:
+        if c.max_documents is not None and len(kept) >= c.max_documents:
             break
-    report.kept, report.kept_bytes = len(kept), sum(len(d.data) for d in kept)
-    where = f"{source} {path}" if path else source
     if not kept:
+        seen, small, large, dup, bad = (getattr(report, k) - getattr(counts, k)
+                                        for k in ("seen", "too_small", "too_large", "duplicates", "invalid_utf8"))
         raise CorpusError(
-            f"corpus {where} is empty after filtering ({report.seen} seen, {report.too_small} under min_bytes="
-            f"{min_bytes}, {report.too_large} over max_bytes={max_bytes}, {report.duplicates} duplicates, "
-            f"{report.invalid_utf8} non-UTF-8); check path/glob or the size limits"
+            f"corpus {where} is empty after filtering ({seen} seen, {small} under min_bytes={c.min_bytes}, {large} "
+            f"over max_bytes={c.max_bytes}, {dup} duplicates, {bad} non-UTF-8); check path/glob or the size limits"
         )
-    train, val = _split(kept, c.val_fraction, seed, where, report)
-    report.train, report.train_bytes = len(train), sum(len(d.data) for d in train)
-    report.val, report.val_bytes = len(val), sum(len(d.data) for d in val)
-    return Corpus(train, val, report)
+    return kept
 
 
 def _split(docs: list[Document], val_fraction: float, seed: int, where: str, report: CorpusReport):
@@ -201,30 +246,49 @@ def _split(docs: list[Document], val_fraction: float, seed: int, where: str, rep
     return [d for d in docs if d.group not in val_groups], [d for d in docs if d.group in val_groups]
 
 
-def _read_source(source, path, glob, text_field, min_bytes, max_bytes, max_documents, seed) -> Iterator[_Candidate]:
-    if source == "python-sources":
-        yield from _read_files(_python_source_files(), min_bytes, max_bytes, max_documents, seed)
+def _read_source(c: CorpusConfig, path: str | None, split: str, seed: int) -> Iterator[_Candidate]:
+    if c.source == "python-sources":
+        yield from _read_files(_python_source_files(), c.min_bytes, c.max_bytes, c.max_documents, seed)
         return
     if not path:
-        raise CorpusError(f"corpus source {source!r} needs data.corpus.path (a {'folder' if source == 'folder' else 'file or folder'})")
+        raise CorpusError(f"corpus source {c.source!r} needs data.corpus.path (a {'folder' if c.source == 'folder' else 'file or folder'})")
     root = Path(path)
     if not root.exists():
-        raise CorpusError(f"corpus path {path} does not exist; set data.corpus.path to an existing {source} file or folder")
-    if source == "folder":
+        raise CorpusError(f"corpus path {path} does not exist; set data.corpus.path to an existing {c.source} file or folder")
+    if c.source == "folder":
         if not root.is_dir():
             raise CorpusError(f"corpus path {path} is not a folder; the folder source reads files matching data.corpus.glob")
-        files = [(str(p.relative_to(root)), p, str(p.relative_to(root))) for p in root.glob(glob) if p.is_file()]
+        files = _matching_files(root, c.glob, c.exclude)
         if not files:
-            raise CorpusError(f"no file in {path} matches glob {glob!r}; set data.corpus.glob")
-        yield from _read_files(files, min_bytes, max_bytes, max_documents, seed)
-    elif source == "jsonl":
+            raise CorpusError(f"no file in {path} matches glob {c.glob!r}" + (f" outside exclude {c.exclude!r}" if c.exclude else "")
+                              + "; set data.corpus.glob")
+        yield from _read_files(files, c.min_bytes, c.max_bytes, c.max_documents, seed)
+    elif c.source == "jsonl":
         for file in _data_files(root, "jsonl"):
-            yield from _read_jsonl(file, text_field)
-    elif source == "parquet":
+            yield from _read_jsonl(file, c.text_field)
+    elif c.source == "parquet":
         for file in _data_files(root, "parquet"):
-            yield from _read_parquet(file, text_field)
+            yield from _read_parquet(file, c.text_field)
     else:
-        yield from _read_hf(root, text_field)
+        yield from _read_hf(root, c.text_field, split)
+
+
+def _matching_files(root: Path, globs: str | tuple[str, ...],
+                    exclude: str | tuple[str, ...] | None) -> list[tuple[str, Path, str]]:
+    """(name, path, group) of every file under `root` that a glob matches and no exclude pattern does."""
+    exclude = (exclude,) if isinstance(exclude, str) else exclude or ()
+
+    def excluded(rel: str) -> bool:
+        return any(fnmatch.fnmatch(rel, p) if "/" in p else any(fnmatch.fnmatch(part, p) for part in rel.split("/"))
+                   for p in exclude)
+
+    files = {}
+    for pattern in (globs,) if isinstance(globs, str) else globs:
+        for file in root.glob(pattern):
+            rel = file.relative_to(root).as_posix()
+            if file.is_file() and not excluded(rel):
+                files[rel] = file
+    return [(rel, file, rel) for rel, file in files.items()]
 
 
 def _data_files(root: Path, ext: str) -> list[Path]:
@@ -306,20 +370,40 @@ def _read_parquet(file: Path, text_field: str) -> Iterator[_Candidate]:
             yield _candidate(name, _text_bytes(value, name, text_field))
 
 
-def _read_hf(root: Path, text_field: str) -> Iterator[_Candidate]:
+# `datasets` builders for one data file given as an hf path, by suffix.
+HF_FILE_BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv", ".arrow": "arrow"}
+
+
+def _read_hf(root: Path, text_field: str, split: str) -> Iterator[_Candidate]:
     # Offline before `datasets` is imported: a local path must never turn into a hub request.
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import datasets
 
-    if (root / "dataset_info.json").exists() or (root / "dataset_dict.json").exists():
-        data = datasets.load_from_disk(str(root))
-    else:
-        data = datasets.load_dataset(str(root))
+    if root.is_file() and root.suffix not in HF_FILE_BUILDERS:
+        raise CorpusError(f"{root}: the hf source reads a save_to_disk folder, a folder of data files or one "
+                          f"{'/'.join(HF_FILE_BUILDERS)} file, not a {root.suffix or 'suffix-less'} file")
+    try:
+        if root.is_file():
+            data = datasets.load_dataset(HF_FILE_BUILDERS[root.suffix], data_files=str(root))
+        elif (root / "dataset_info.json").exists() or (root / "dataset_dict.json").exists():
+            data = datasets.load_from_disk(str(root))
+        else:
+            data = datasets.load_dataset(str(root))
+    except Exception as err:  # `datasets` raises many types for a folder it cannot read
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise CorpusError(f"{root}: `datasets` cannot read it ({reason}); point data.corpus.path at a save_to_disk "
+                          "folder, a folder of data files or one data file") from None
     if isinstance(data, datasets.DatasetDict):
-        if "train" not in data and len(data) != 1:
-            raise CorpusError(f"{root}: dataset has splits {list(data)} and no 'train'; save the split to use")
-        data = data["train"] if "train" in data else next(iter(data.values()))
+        if split not in data:
+            if split != "train" or len(data) != 1:
+                raise CorpusError(f"{root}: no split {split!r} (splits: {', '.join(data)}); set data.corpus.split "
+                                  "(or data.corpus.val_split for the held-out one)")
+            split = next(iter(data))  # the one split of a dataset saved without a train split
+        data = data[split]
+    elif split != "train":
+        raise CorpusError(f"{root}: a single dataset without splits, so split {split!r} does not exist; hold out "
+                          "data.corpus.val_path or a data.corpus.val_fraction share instead")
     if text_field not in data.column_names:
         raise CorpusError(f"{root}: no column {text_field!r} (columns: {', '.join(data.column_names)}); set data.corpus.text_field")
     for row, value in enumerate(data[text_field]):

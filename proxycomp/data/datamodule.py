@@ -7,6 +7,12 @@ The DataModule's state (batches consumed, each worker's stream cursor, the Sente
 in the Lightning checkpoint, so a resumed run sees exactly the batches an uninterrupted one would and needs
 nothing outside the checkpoint.
 
+Continuing a run for more (or fewer) steps: a resume with another trainer.max_steps keeps the mixing schedule the
+checkpoint was trained with (its total_steps, hence where the paired warmup ends), since the schedule of the
+steps already trained cannot change and a document cut by the checkpoint is drawn again at the step it started
+in. So the continued run sees the batches of an uninterrupted run of the new length whose data.mixing.total_steps
+is the first run's; only the learning-rate cosine follows the new length.
+
 Under DDP each rank trains on its rows of the batches one process with world_size x batch_size would see
 (see packing.py), so every rank holds the same cursors and rank 0's checkpoint serves all; a resume on another
 number of processes is refused. Validation windows are split between ranks without repeats (the model syncs
@@ -15,7 +21,7 @@ the sums), and rank 0's SentencePiece model is broadcast so every rank encodes w
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -39,10 +45,14 @@ from proxycomp.data.packing import (
 )
 from proxycomp.errors import UserError
 from proxycomp.files import write_atomic
+from proxycomp.stopping import ignore_interrupts
 from proxycomp.views import RawView, View, ViewConfig, train_spm
 from proxycomp.vocab import Vocabulary
 
 STATE_FORMAT = 3  # 3: one stream per batch row
+# What a field added since a checkpoint was written counts as: its default (JSON values, as the state holds them).
+_DEFAULT_RESUME_CONFIG = json.loads(json.dumps(
+    {"corpus": asdict(CorpusConfig()), "views": asdict(ViewConfig()), "mixing": asdict(MixingSchedule())}))
 SPM_MODEL_FILE = "spm.model"
 MANIFEST_FILE = "data_manifest.json"
 REPORT_BATCHES = 8  # batches the manifest's stream figures are measured on
@@ -112,11 +122,16 @@ class ProxyDataModule(L.LightningDataModule):
 
     # ---- data -------------------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
-        if self.corpus is not None:
-            return
-        self.corpus = load_corpus(self.corpus_config, seed=self.seed)
-        rank_zero_info(self.corpus.report.summary())
+        if self.corpus is None:
+            self.corpus = load_corpus(self.corpus_config, seed=self.seed)
+            rank_zero_info(self.corpus.report.summary())
         self._write_artifacts()
+
+    def use_spm_model(self, model: bytes) -> None:
+        """Encode the spm view with `model` (the tokenizer of the checkpoint a run starts from) instead of training
+        one; `views.spm_model_file`, when set, still wins."""
+        if not self.view_config.spm_model_file:
+            self._spm_model = model
 
     @property
     def spm_model(self) -> bytes | None:
@@ -171,6 +186,7 @@ class ProxyDataModule(L.LightningDataModule):
         return DataLoader(
             stream, batch_size=None, num_workers=workers, persistent_workers=False,
             prefetch_factor=4 if workers else None, pin_memory=torch.cuda.is_available(),
+            worker_init_fn=ignore_interrupts,
         )
 
     @property
@@ -231,7 +247,16 @@ class ProxyDataModule(L.LightningDataModule):
                 "ranks' rows of the data stream depend on the number of processes, so resume with the same "
                 "trainer.devices x trainer.num_nodes"
             )
-        changed = changed_fields(state_dict["config"], self._resume_config())
+        saved = state_dict["config"]
+        saved_steps = saved["mixing"]["total_steps"]
+        if saved_steps != self.schedule.total_steps:  # trained further or shorter: the schedule stays as trained
+            rank_zero_info(f"data: trainer.max_steps changed on resume; the mixing schedule stays as trained "
+                           f"(data.mixing.total_steps {saved_steps}, not {self.schedule.total_steps})")
+            self.schedule = replace(self.schedule, total_steps=saved_steps)
+            self.hparams.mixing["total_steps"] = saved_steps
+            if self.corpus is not None:
+                self._write_artifacts()  # the manifest names the schedule trained on
+        changed = changed_fields(saved, self._resume_config(), defaults=_DEFAULT_RESUME_CONFIG)
         if changed:
             raise DataStateError(
                 f"the checkpoint's data stream was made with other settings ({'; '.join(changed)}); "
@@ -276,7 +301,9 @@ class ProxyDataModule(L.LightningDataModule):
 
     def _write_artifacts(self) -> None:
         """The SentencePiece model and a manifest (corpus report, views, schedule, and what the first batches hold)
-        beside the run."""
+        beside the run, when training."""
+        if self.trainer is not None and self.trainer.state.fn != "fit":
+            return  # validating writes nothing: the artifacts belong to the run that trains
         root = self.artifacts_path()  # on every rank: under DDP trainer.log_dir is a broadcast
         if self.trainer is not None and not self.trainer.is_global_zero:
             return

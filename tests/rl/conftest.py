@@ -27,6 +27,12 @@ def tiny_policy() -> ByteLMPolicy:
     return ByteLMPolicy(_tiny_transformer())
 
 
+@pytest.fixture(scope="session")
+def tiny_hparams() -> dict:
+    """The tiny model's hyper-parameters as a checkpoint holds them (RL checkpoints carry them too)."""
+    return dict(ProxyLM(ModelConfig(**TINY)).hparams)
+
+
 @pytest.fixture
 def tiny_ckpt(tmp_path):
     """A checkpoint in the layout `proxycomp fit` writes (hyper-parameters + state dict), for the CLI."""

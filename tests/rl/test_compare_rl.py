@@ -39,7 +39,7 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
     assert "| trloo | before RL (after SFT) | cpu | train | 1 |" in table and "| grpo | after 1 steps | cpu | train |" in table
     assert (out / "rl_curves.png").stat().st_size > 0
     (out / "summary.md").unlink()
-    assert compare_rl.main(["--out", str(out), "--summarize-only"]) == 0
+    assert compare_rl.main(["--out", str(out), "--summarize_only"]) == 0
     assert (out / "summary.md").read_text() == table
 
     # A run killed before its after-RL evaluation goes on; a finished one is left alone.
@@ -57,7 +57,7 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
     # A time budget too short for one more step: trloo stops at its checkpoint and is evaluated after 2 steps;
     # grpo, run after it, is given trloo's 2 steps instead of a clock, so both end at an equal budget.
     status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out), "--resume",
-                              "--max-time-s", "1", "--", *overrides[:4], "--steps", "3", *overrides[6:]])
+                              "--max_time_s", "1", "--", *overrides[:4], "--steps", "3", *overrides[6:]])
     assert status == 0, (out / "trloo.log").read_text()[-2000:]
     assert "stopped at step 2 of 3: max_time_s=1 leaves no room" in (out / "trloo.log").read_text()
     summary = json.loads((out / "summary.json").read_text())
@@ -91,8 +91,8 @@ def test_a_config_typo_fails_before_any_run(compare_rl, tiny_ckpt, tmp_path, cap
 
 def test_a_bad_time_budget_fails_before_any_run(compare_rl, tmp_path, capsys):
     with pytest.raises(SystemExit):
-        compare_rl.main(["--config", str(RECIPE), "--ckpt", "x", "--out", str(tmp_path / "o"), "--max-time-s", "0"])
-    assert "--max-time-s: must be > 0" in capsys.readouterr().err and not (tmp_path / "o").exists()
+        compare_rl.main(["--config", str(RECIPE), "--ckpt", "x", "--out", str(tmp_path / "o"), "--max_time_s", "0"])
+    assert "--max_time_s: must be > 0" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
 def test_wilson_interval_matches_known_values(compare_rl):

@@ -11,13 +11,22 @@ from proxycomp.checkpoint import AtomicCheckpointIO
 from proxycomp.gym_bridge import Candidate
 from proxycomp.gym_bridge.policy import ByteLMPolicy, Sample
 from proxycomp.gym_bridge.rl import MismatchConfig, PolicyLossConfig, Trajectory, Turn, policy_loss
+from proxycomp.checkpoint import load_lm, save_lm
 from proxycomp.cli import main as proxycomp
 from proxycomp.gym_bridge.rl.cli import RLConfigError, main, parse_config
 from proxycomp.gym_bridge.rl.rollout import RolloutConfig, turn_from_result
-from proxycomp.gym_bridge.rl.trainer import AlgorithmConfig, PolicyUpdater, RLTrainer, make_batch, rollout_metrics
+from proxycomp.gym_bridge.rl.trainer import (
+    AlgorithmConfig,
+    MetricsLog,
+    PolicyUpdater,
+    RLTrainer,
+    make_batch,
+    rollout_metrics,
+)
 from proxycomp.gym_bridge.rl.warmstart import reply_text
 from proxycomp.gym_bridge.tasks import load_task
-from proxycomp.model import ModelConfig, Transformer
+from proxycomp.lit import ProxyLM
+from proxycomp.model import ModelConfig
 
 RELU = load_task("relu")
 SOLUTION = RELU.solution_path.read_text()
@@ -153,13 +162,14 @@ def test_checkpoint_and_resume_give_the_same_next_update(gym_results, tmp_path, 
         torch.testing.assert_close(a, b)
 
 
-def test_trainer_resume_repeats_the_next_step(cpu_gym, tmp_path, setup):
+def test_trainer_resume_repeats_the_next_step(cpu_gym, tmp_path, setup, tiny_hparams):
     rollout = RolloutConfig(turns=2, samples_per_task=2, max_bytes=24, prompt_max_bytes=512)
 
     def trainer(out):
         f, policy, optimizer, config = setup(weight_decay=0.1)
         return RLTrainer(fabric=f, policy=policy, optimizer=optimizer, evaluator=cpu_gym, tasks=[RELU],
-                         rollout=rollout, algorithm=config, out_dir=out, tasks_per_step=1, seed=3, save_every=1)
+                         rollout=rollout, algorithm=config, out_dir=out, tasks_per_step=1, seed=3, save_every=1,
+                         hyper_parameters=tiny_hparams)
 
     straight = trainer(tmp_path / "a")
     straight.fit(2)
@@ -180,9 +190,16 @@ def test_trainer_resume_repeats_the_next_step(cpu_gym, tmp_path, setup):
     assert {t["step"] for t in turns} == {1, 2} and all(t["task"] == "relu" and t["feedback"] for t in turns)
     assert all(t["mismatch"] is None or t["mismatch"]["rejected"] in (True, False) for t in turns)
     assert any(t["mismatch"] is not None for t in turns)
+    assert all(isinstance(t["reply"], str) and t["status"] and t["feedback"].startswith(f"status: {t['status']}")
+               for t in turns)  # the reply itself and the gym's verdict on it
+    # The RL checkpoint is self-contained: what generate and eval-bpb load is the policy's weights.
+    lm = load_lm(straight.checkpoint_path)
+    for key, value in straight.policy.module.state_dict().items():
+        assert torch.equal(lm.model.state_dict()[key], value), key
 
 
-def test_the_policy_computes_in_its_gpu_turn_and_the_gym_never_scores_inside_one(cpu_gym, tmp_path, setup):
+def test_the_policy_computes_in_its_gpu_turn_and_the_gym_never_scores_inside_one(cpu_gym, tmp_path, setup,
+                                                                                  tiny_hparams):
     f, policy, optimizer, config = setup()
     events, open_turns = [], [0]
 
@@ -203,7 +220,8 @@ def test_the_policy_computes_in_its_gpu_turn_and_the_gym_never_scores_inside_one
     policy.gpu_turn = gpu_turn
     rollout = RolloutConfig(turns=2, samples_per_task=2, max_bytes=24, prompt_max_bytes=512)
     trainer = RLTrainer(fabric=f, policy=policy, optimizer=optimizer, evaluator=WatchedGym(), tasks=[RELU],
-                        rollout=rollout, algorithm=config, out_dir=tmp_path, tasks_per_step=1, seed=3, save_every=1)
+                        rollout=rollout, algorithm=config, out_dir=tmp_path, tasks_per_step=1, seed=3, save_every=1,
+                         hyper_parameters=tiny_hparams)
     metrics = trainer.train_step()
     assert "submit inside a turn" not in events
     assert events[0] == "turn" and events[-1] == "turn"  # the first sampling call ... the update
@@ -213,13 +231,14 @@ def test_the_policy_computes_in_its_gpu_turn_and_the_gym_never_scores_inside_one
     assert all(t["stage_s"]["total"] > 0 for t in turns)
 
 
-def test_a_deadline_stops_between_steps_with_a_checkpoint_and_resume_finishes(cpu_gym, tmp_path, setup):
+def test_a_deadline_stops_between_steps_with_a_checkpoint_and_resume_finishes(cpu_gym, tmp_path, setup, tiny_hparams):
     rollout = RolloutConfig(turns=1, samples_per_task=2, max_bytes=24, prompt_max_bytes=512)
 
     def trainer():
         f, policy, optimizer, config = setup()
         return RLTrainer(fabric=f, policy=policy, optimizer=optimizer, evaluator=cpu_gym, tasks=[RELU],
-                         rollout=rollout, algorithm=config, out_dir=tmp_path, tasks_per_step=1, seed=3, save_every=5)
+                         rollout=rollout, algorithm=config, out_dir=tmp_path, tasks_per_step=1, seed=3, save_every=5,
+                         hyper_parameters=tiny_hparams)
 
     cut = trainer()
     assert cut.fit(3, deadline=time.monotonic() - 1) == []  # no time at all: not one step starts
@@ -262,6 +281,14 @@ def test_rollout_metrics_per_episode_turn0_any_best_and_verdicts():
     assert (metrics["fast@1.2/turn0"], metrics["fast@1.2/best"]) == pytest.approx((1 / 3, 2 / 3))
     assert {k: v for k, v in metrics.items() if k.startswith(("verdict/", "hack/"))} == {
         "verdict/incorrect": 1, "verdict/ok": 5, "verdict/flagged": 1, "verdict/error": 2, "hack/decoy": 1}
+
+
+def test_the_console_says_why_rewards_are_zero(tmp_path, capsys):
+    turns = [Turn("p", "no fence", status="no_code")] * 3 + [Turn("p", "r", status="error")]
+    metrics = {"step": 1, **rollout_metrics([Trajectory("t", "", [turn]) for turn in turns])}
+    assert (metrics["verdict/no_code"], metrics["verdict/error"]) == (3, 1)
+    MetricsLog(tmp_path).write(metrics)
+    assert "turns: 3 no_code, 1 error" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
@@ -307,11 +334,11 @@ def test_bad_config_values_name_the_field(flag, value, message):
         parse_config(["--ckpt", "x", flag, value])
 
 
-def test_kl_to_the_initial_policy_is_logged(gym_results, cpu_gym, tmp_path, setup):
+def test_kl_to_the_initial_policy_is_logged(gym_results, cpu_gym, tmp_path, setup, tiny_hparams):
     f, policy, optimizer, config = setup(loss=PolicyLossConfig(kl_coef=0.1))
     trainer = RLTrainer(fabric=f, policy=policy, optimizer=optimizer, evaluator=cpu_gym, tasks=[RELU],
                         rollout=RolloutConfig(), algorithm=config, out_dir=tmp_path, tasks_per_step=1, seed=0,
-                        save_every=1)
+                        save_every=1, hyper_parameters=tiny_hparams)
     stats = trainer.updater.update(make_batch(fixed_trajectories(policy, gym_results), config))
     assert stats["loss/kl_ref"] == pytest.approx(0.0, abs=1e-6)  # π == π_ref before this first step
     assert trainer.reference.module is not policy.module
@@ -329,8 +356,8 @@ def test_resume_without_checkpoint_is_an_error(tiny_ckpt, tmp_path, capsys):
 
 
 def test_warmstart_only_needs_warmstart_steps():
-    with pytest.raises(RLConfigError, match="--warmstart-only needs warmstart.steps > 0"):
-        parse_config(["--ckpt", "x", "--warmstart-only", "--warmstart.steps", "0"])
+    with pytest.raises(RLConfigError, match="--warmstart_only needs warmstart.steps > 0"):
+        parse_config(["--ckpt", "x", "--warmstart_only", "--warmstart.steps", "0"])
 
 
 def test_a_warm_starts_evaluation_is_reused_only_under_the_same_settings(tmp_path, monkeypatch, capsys):
@@ -361,12 +388,11 @@ def test_a_warm_starts_evaluation_is_reused_only_under_the_same_settings(tmp_pat
 
 
 def test_warm_start_of_another_base_model_is_an_error(tiny_ckpt, tmp_path, capsys):
-    other = Transformer(ModelConfig(d_model=48, n_layers=2, n_heads=2, max_seq_len=4096))
-    (tmp_path / "run" / "warmstart").mkdir(parents=True)
-    torch.save({"model": other.state_dict()}, tmp_path / "run" / "warmstart" / "model.ckpt")
+    other = ProxyLM(ModelConfig(d_model=48, n_layers=2, n_heads=2, max_seq_len=4096))
+    save_lm(tmp_path / "run" / "warmstart" / "model.ckpt", dict(other.hparams), other.model, None)
     assert proxycomp(["rl", "--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "run"), "--tasks", "[relu]"]) == 2
     err = capsys.readouterr().err
-    assert "does not fit the model of --ckpt" in err and "Traceback" not in err
+    assert "does not fit the model of --ckpt (arch.d_model: 48 -> 32)" in err and "Traceback" not in err
 
 
 @pytest.mark.slow
@@ -381,7 +407,11 @@ def test_end_to_end_smoke(tiny_ckpt, tmp_path, capsys):
     assert proxycomp(["rl", *common, "--warmstart.steps", "3", "--warmstart.batch_size", "2", "--steps", "2"]) == 0
     printed = capsys.readouterr().out
     assert "warm start step" in printed and "| before RL (after SFT) | cpu | train | all |" in printed
-    assert "| after 2 steps |" in printed
+    assert "| after 2 steps |" in printed and "turns: " in printed
+    # Warm-start and RL checkpoints are read as a fit checkpoint is.
+    for checkpoint in (out / "warmstart" / "model.ckpt", out / "checkpoints" / "last.ckpt"):
+        assert proxycomp(["generate", "--ckpt", str(checkpoint), "--prompt", "def f(", "--max_bytes", "4"]) == 0
+        assert capsys.readouterr().out.startswith("def f(")
     assert (out / "checkpoints" / "last.ckpt").is_file() and (out / "warmstart" / "corpus.jsonl").is_file()
     assert [r["task"] for r in json.loads((out / "eval_after.json").read_text())] == ["relu", "all"]
     first = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])

@@ -105,6 +105,49 @@ def test_bad_warmstart_config(kwargs):
         WarmStartConfig(**kwargs)
 
 
+def test_a_killed_warm_start_goes_on_from_its_partial_checkpoint(relu_corpus, tmp_path, monkeypatch, tiny_hparams,
+                                                                  capsys):
+    """Killed after step 3 of 4 (partial checkpoint at step 2), run again: the result equals an uninterrupted run."""
+    from lightning.fabric import Fabric
+
+    from proxycomp.checkpoint import AtomicCheckpointIO, load_lm
+    from proxycomp.gym_bridge.policy import ByteLMPolicy
+    from proxycomp.gym_bridge.rl import cli, warmstart
+    from proxycomp.lit import ProxyLM
+
+    config, _ = cli.parse_config(["--ckpt", "x", "--tasks", "[relu]", "--warmstart.steps", "4", "--warmstart.batch_size",
+                                  "2", "--warmstart.save_every", "2", "--rollout.prompt_max_bytes", "1600"])
+
+    def warm_start(out):
+        if not (out / "warmstart" / "corpus.jsonl").is_file():
+            save_corpus(relu_corpus, out / "warmstart" / "corpus.jsonl")
+        fabric = Fabric(accelerator="cpu", devices=1, precision="32-true", plugins=[AtomicCheckpointIO()])
+        torch.manual_seed(0)
+        lm = ProxyLM(**tiny_hparams)
+        policy = ByteLMPolicy(fabric.setup_module(lm.model))
+        cli._warm_start(config, fabric, policy, cli.BaseModel(lm, tiny_hparams, None), [RELU], None, out)
+
+    warm_start(tmp_path / "straight")
+    steps = []
+
+    def killed_after_three(policy, batch):
+        steps.append(len(steps))
+        if len(steps) == 4:
+            raise KeyboardInterrupt
+        return reply_nll(policy, batch)
+
+    monkeypatch.setattr(warmstart, "reply_nll", killed_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        warm_start(tmp_path / "killed")
+    assert (tmp_path / "killed" / "warmstart" / "partial.ckpt").is_file()
+    monkeypatch.undo()
+    warm_start(tmp_path / "killed")
+    assert "warm start: going on from step 2" in capsys.readouterr().out
+    assert not (tmp_path / "killed" / "warmstart" / "partial.ckpt").exists()
+    straight, resumed = (load_lm(tmp_path / d / "warmstart" / "model.ckpt").state_dict() for d in ("straight", "killed"))
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+
+
 def test_a_generated_family_gives_its_own_broken_variants_and_unjudged_solutions(tmp_path, cpu_gym):
     from proxycomp.gym_bridge.task_family import generate_family, write_family
     from proxycomp.gym_bridge.tasks import load_task_set

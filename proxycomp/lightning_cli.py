@@ -1,0 +1,165 @@
+"""`ProxyCLI`: the LightningCLI behind `proxycomp fit` and `validate` (built by `proxycomp.cli.build_cli`).
+
+On top of LightningCLI: the checkpoint and LR-monitor callbacks, the links from the data module into the model
+and the mixing schedule, atomic checkpoints, run folders (`--ckpt_path last`, a resumed run logging on in its
+own folder, no folder left by a failed run or by `validate`), a stop at a step boundary that validates and
+checkpoints, `--init_from` (weights only, for a new schedule), and one-line errors for configs and checkpoints
+that cannot work.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import torch
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks.progress import ProgressBar
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+
+from proxycomp.checkpoint import AtomicCheckpointIO, init_weights, reading
+from proxycomp.errors import UserError
+from proxycomp.progress import SparseMetricsProgressBar
+from proxycomp.runs import (
+    LAST,
+    ResumedLogStep,
+    checkpoint_step,
+    continue_in_run_folder,
+    continue_metrics,
+    kept_if_failed,
+    newest_last,
+    run_root,
+)
+from proxycomp.stopping import StopAtStepBoundary
+from proxycomp.vocab import Vocabulary
+
+
+# Lightning's advertisement for its cloud logger, printed on every run.
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+    lambda record: not str(record.msg).startswith("💡 Tip"))
+
+
+def ignore_library_warnings() -> None:
+    """Warnings on every run that say nothing about it (call inside warnings.catch_warnings)."""
+    # A deprecation inside Lightning's own pytree helper under this torch: Lightning's to fix, not ours.
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+    # A resumed run checkpoints into its own folder again, which is what Lightning warns about here.
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+
+
+class ConfigError(UserError):
+    """A class in the config refused its arguments (raised while the CLI instantiates them)."""
+
+
+def trainer_defaults() -> dict:
+    return {
+        "precision": "bf16-mixed" if torch.cuda.is_available() else "32-true",
+        "gradient_clip_val": 1.0,
+        "log_every_n_steps": 10,
+        "logger": [
+            {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "runs", "name": "proxycomp"}},
+            {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": "runs/tb", "name": "proxycomp"}},
+        ],
+    }
+
+
+class ProxyCLI(LightningCLI):
+    resumed_step: int | None = None  # set when fit resumes inside its own run folder
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults({
+            "checkpoint.monitor": "val/bpb", "checkpoint.mode": "min", "checkpoint.save_last": True,
+            "checkpoint.filename": "step{step:06d}", "checkpoint.auto_insert_metric_name": False,
+        })
+        parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
+        parser.set_defaults({"lr_monitor.logging_interval": "step"})
+        parser.link_arguments("data.vocab_size", "model.arch.vocab_size", apply_on="instantiate")
+        parser.link_arguments("data.vocabulary", "model.vocabulary", compute_fn=Vocabulary.to_dict, apply_on="instantiate")
+        parser.link_arguments("data.seq_len", "model.arch.max_seq_len")
+        parser.link_arguments("trainer.max_steps", "data.mixing.total_steps")
+        # Every subcommand takes it so that a run's config.yaml, which records it, reads back into validate.
+        parser.add_argument(
+            "--init_from", type=str | None, default=None,
+            help="fit: start from the weights of this checkpoint (fit's, the RL warm start's or RL's) with a new "
+                 "optimizer, schedule and data stream (--ckpt_path instead resumes a run where it stopped); "
+                 "validate ignores it")
+
+    def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
+        super().parse_arguments(parser, args)
+        # Right after parsing, before `last` is resolved or anything is seeded or loaded, so that a call missing
+        # what a run needs is told so in one line (not by the mixing schedule's "total_steps must be positive").
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else self.config
+        if subcommand == "validate" and not config.get("config"):
+            raise UserError("validate needs the config the checkpoint was trained with: --config RUN/config.yaml "
+                            "(every run folder keeps one) or the recipe")
+        if subcommand == "validate" and not config.get("ckpt_path"):
+            raise UserError("validate needs --ckpt_path: a .ckpt, or last for the newest run of the config's name")
+        max_steps = config.trainer.max_steps
+        if not config.get("config") and (max_steps is None or max_steps < 1):
+            raise UserError("fit needs a recipe: --config recipes/smoke/proxy_spm.yaml or another of recipes/")
+        if max_steps is None or max_steps < 1:
+            raise UserError(f"trainer.max_steps is {'not set' if max_steps in (None, -1) else max_steps}: it is the "
+                            "run's length, which the learning-rate and mixing schedules follow; set it in the recipe "
+                            "or pass e.g. --trainer.max_steps 300")
+        if subcommand == "fit" and config.get("init_from") and config.get("ckpt_path"):
+            raise UserError("--init_from starts a new run from a checkpoint's weights and --ckpt_path resumes one; "
+                            "pass one of them")
+
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI reads the model's hyper-parameters from --ckpt_path first: `last` is resolved, and a missing
+        # or damaged file ends here, in one line, before any data is loaded.
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else None
+        if config is None or config.get("ckpt_path") is None:
+            return super()._parse_ckpt_path()
+        if config.ckpt_path == LAST:
+            config.ckpt_path = str(newest_last(run_root(config.trainer)))
+        path = Path(config.ckpt_path)
+        with reading(path):
+            super()._parse_ckpt_path()  # replaces self.config
+            if subcommand == "fit" and continue_in_run_folder(self.config.fit.trainer, path) is not None:
+                self.resumed_step = checkpoint_step(path)
+
+    def instantiate_classes(self) -> None:
+        # A constructor that rejects its arguments means a bad config, whichever class raised it.
+        try:
+            super().instantiate_classes()
+        except (ValueError, TypeError) as err:
+            raise ConfigError(str(err)) from err
+
+    def instantiate_trainer(self, **kwargs):
+        config = self._get(self.config_init, "trainer", default={})
+        if not config.get("plugins"):
+            kwargs["plugins"] = [AtomicCheckpointIO()]
+        if self.subcommand == "validate":
+            kwargs["logger"] = False  # validate prints its figures; a run folder is for training
+        callbacks = list(config.get("callbacks") or [])
+        if config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+            every = config.get("log_every_n_steps") or trainer_defaults()["log_every_n_steps"]
+            callbacks.append(SparseMetricsProgressBar(metrics_every_n_steps=every))
+        kwargs["callbacks"] = [*callbacks, StopAtStepBoundary(), ResumedLogStep()]
+        trainer = super().instantiate_trainer(**kwargs)
+        if not trainer.loggers:  # no run folder: the LR monitor would refuse to run, the config has nowhere to go
+            trainer.callbacks = [c for c in trainer.callbacks
+                                 if not isinstance(c, (LearningRateMonitor, SaveConfigCallback))]
+        if self.resumed_step is not None:
+            continue_metrics(trainer.loggers, self.resumed_step)
+        return trainer
+
+    def before_fit(self) -> None:
+        path = self.config_init.fit.get("init_from")
+        if path:
+            spm_model = init_weights(self.model, path)
+            if spm_model is not None and "spm" in self.datamodule.view_config.names:
+                self.datamodule.use_spm_model(spm_model)
+
+    def fit(self, model, **kwargs) -> None:
+        with kept_if_failed(self.trainer.loggers if self.trainer.is_global_zero else []):
+            self.trainer.fit(model, **kwargs)
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether fit stopped early because of Ctrl-C."""
+        return any(isinstance(c, StopAtStepBoundary) and c.interrupted for c in self.trainer.callbacks)
