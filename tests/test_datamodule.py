@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import lightning as L
 import pytest
@@ -170,6 +171,22 @@ def test_state_from_other_settings_is_refused(corpus_dir, tmp_path):
         make_dm(corpus_dir, tmp_path, seq_len=128).load_state_dict(state)
     with pytest.raises(DataStateError, match="format"):
         make_dm(corpus_dir, tmp_path).load_state_dict({**state, "format": 99})
+
+
+def test_state_from_other_documents_under_the_same_settings_is_refused(corpus_dir, tmp_path):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(corpus_dir, corpus)
+    dm = make_dm(corpus, tmp_path / "a")
+    dm.setup("fit")
+    state = dm.state_dict()
+    same = make_dm(corpus, tmp_path / "b")
+    same.setup("fit")
+    same.load_state_dict(state)
+    (corpus / dm.corpus.train[0].name).write_text(CODE.format(i="edited"))  # same settings, one train file changed
+    edited = make_dm(corpus, tmp_path / "c")
+    edited.setup("fit")
+    with pytest.raises(DataStateError, match="made from other training documents"):
+        edited.load_state_dict(state)
 
 
 def test_bad_arguments_are_refused(corpus_dir, tmp_path):

@@ -58,6 +58,7 @@ class CorpusReport:
     val_bytes: int = 0
     val_groups: list[str] = field(default_factory=list)
     val_source: str = ""  # where a held-out set of its own came from; empty: a share of the documents
+    train_digest: str = ""  # of the train documents in order: the same settings can read other files elsewhere
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -173,6 +174,10 @@ def load_corpus(config: CorpusConfig = CorpusConfig(), seed: int = 0) -> Corpus:
         train, val = kept, _read_kept(c, val_path, val_split, seed, report, hashes, f"held-out {report.val_source}")
     report.kept, report.kept_bytes = len(train) + len(val), sum(len(d.data) for d in train + val)
     report.train, report.train_bytes = len(train), sum(len(d.data) for d in train)
+    digest = hashlib.blake2b(digest_size=16)
+    for doc in train:
+        digest.update(len(doc.data).to_bytes(8, "little") + doc.data)
+    report.train_digest = digest.hexdigest()
     report.val, report.val_bytes = len(val), sum(len(d.data) for d in val)
     return Corpus(train, val, report)
 

@@ -231,6 +231,7 @@ class ProxyDataModule(L.LightningDataModule):
             "spm_model": self._spm_model,
             "config": self._resume_config(),
             "world_size": self._rank_and_world()[1],
+            "train_digest": self.corpus.report.train_digest if self.corpus is not None else None,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -261,6 +262,15 @@ class ProxyDataModule(L.LightningDataModule):
             raise DataStateError(
                 f"the checkpoint's data stream was made with other settings ({'; '.join(changed)}); "
                 "resume with the same data settings"
+            )
+        # Same settings, other documents (python-sources of another interpreter, edited files): the cursors would
+        # point into another stream. States written before the digest existed carry none.
+        saved_digest = state_dict.get("train_digest")
+        if saved_digest and self.corpus is not None and saved_digest != self.corpus.report.train_digest:
+            raise DataStateError(
+                f"the checkpoint's data stream was made from other training documents than these "
+                f"({self.corpus.report.summary()}); the same settings read other files here. Resume on the same "
+                "data, or start a new run from the weights with --init_from"
             )
         self._batches_consumed = int(state_dict["batches_consumed"])
         self._cursors = {int(k): StreamCursor.from_list(v) for k, v in state_dict["cursors"].items()}
