@@ -16,7 +16,7 @@ from proxycomp.errors import UserError
 from .benchmark import Entry, append_row, load_rows, pair_candidates, row, summary, summary_line, table
 from .config import SIZES, Candidate, EvalConfig
 from .evaluator import Evaluator
-from .pool import LocalPool
+from .pool import LocalPool, open_pool
 from .result import EvalResult, mean_stages
 from .tasks import TaskError, list_tasks, load_task, load_task_set
 
@@ -83,7 +83,10 @@ def _parser():
     b.add_argument("--split", default="all", help="the split of the task folder's splits.json to judge")
     _judging_options(b)
     b.add_argument("--workers", type=int | None, default=None,
-                   help="judge processes; null: one per GPU, else 1 (more than the GPUs share them, timing in turns)")
+                   help="judge processes (Ray actors with --ray); null: one per GPU, else 1 (more than the GPUs share "
+                        "them, timing in turns)")
+    b.add_argument("--ray", default=None, help="judge on a Ray cluster: auto (the one this machine is in), "
+                                               "ray://HOST:10001, or local (start one here); null: this machine")
     b.add_argument("--results", default=None, help="a JSONL file each result is appended to; candidates already "
                                                    "in it are not judged again (resume)")
     b.add_argument("--json", action="store_true", help="print the rows (task, candidate, status, reward, speedup, "
@@ -168,7 +171,7 @@ def _cmd_bench(args, argv: list[str]) -> int:
     started = time.monotonic()
     results = []
     if todo:
-        with Evaluator(LocalPool(num_workers=args.workers), config) as ev:
+        with Evaluator(open_pool(args.workers, args.ray), config) as ev:
             results = ev.submit([Candidate(task=str(e.task.path), code=e.path.read_text(), id=e.id)
                                  for e in by_id.values()], on_result=finished)
     wall = time.monotonic() - started

@@ -34,7 +34,7 @@ from proxycomp.lit import ProxyLM
 from ..config import SIZES, EvalConfig
 from ..evaluator import Evaluator
 from ..policy import ByteLMPolicy
-from ..pool import LocalPool, timing_lock_path, visible_gpus
+from ..pool import open_pool, timing_lock_path, visible_gpus
 from ..tasks import Task, list_tasks, load_task, load_task_set
 from ..timing import DeviceLock
 from .evaluation import EvalRow, EvaluationConfig, evaluate_policy, format_table
@@ -58,13 +58,16 @@ class GymSettings:
 
     Args:
         size: problem size of the training episodes: cpu or gpu (gpu_heldout is for evaluation)
-        workers: gym worker processes; null: one per GPU, else 1
+        workers: gym judge processes (Ray actors with ray_address); null: one per GPU, else 1
+        ray_address: judge on a Ray cluster: auto (the one this machine is in), ray://HOST:10001, or local (start
+            one here); null: judge processes on this machine
         correct_trials: random inputs a candidate must match the reference on
         timeout_s: wall seconds per candidate
     """
 
     size: str = "cpu"
     workers: int | None = None
+    ray_address: str | None = None
     correct_trials: int = 3
     timeout_s: float = 120.0
 
@@ -358,7 +361,7 @@ def run(config: RLConfig, args: RunArgs) -> int:
     module = fabric.setup_module(base.lm.model.train())
     policy = ByteLMPolicy(module, max_context=config.max_context, decode=config.decode,
                           gpu_turn=gpu_turn(fabric.device))
-    pool = LocalPool(num_workers=config.gym.workers)
+    pool = open_pool(config.gym.workers, config.gym.ray_address)
 
     def evaluator(size: str) -> Evaluator:  # one pool serves every problem size
         return Evaluator(pool, EvalConfig(size=size, correct_trials=config.gym.correct_trials,
