@@ -115,13 +115,19 @@ def continue_metrics(loggers: list, step: int) -> None:
 
 
 class ResumedLogStep(L.Callback):
-    """Lightning counts the steps it logs at after a step's validation, so a checkpoint written by that validation
-    holds a count one short of its step, and a resumed run logged every metric one step early, at steps the run had
-    already used. This puts the count back where the uninterrupted run has it."""
+    """The step a metric is logged at is Lightning's count of batches that stepped. A checkpoint saves that count
+    one short of its step, and on resume Lightning adds the missing one only when the checkpoint was written at the
+    end of a training batch: one written by the step's validation (as every run's last is) resumed a step early, at
+    steps the run had already used. The uninterrupted run logs step k's metrics at k, and with one optimizer step
+    per batch that count is the global step: this sets it there at the first batch, after Lightning's own fix-up."""
 
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        loop = trainer.fit_loop.epoch_loop
-        loop._batches_that_stepped = max(loop._batches_that_stepped, trainer.global_step)
+    def __init__(self) -> None:
+        self._checked = False
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        if not self._checked:
+            self._checked = True
+            trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 bad-input path (one line on stderr, exit status 2, nothing lost)."""
 import errno
 import importlib
+import logging
 import re
 import shutil
 import signal
@@ -105,8 +106,22 @@ def run_copy(trained, tmp_path, monkeypatch) -> Path:
     return tmp_path / "work" / "runs" / "proxycomp" / "version_0"
 
 
+@pytest.fixture
+def lightning_log(caplog):
+    """caplog with Lightning's own records: Lightning's loggers stop propagating to the root logger when it is
+    imported before any handler exists, which depends on what ran earlier in the session."""
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    for logger in loggers:
+        caplog.set_level(logging.INFO, logger=logger.name)
+        logger.addHandler(caplog.handler)
+    yield caplog
+    for logger in loggers:
+        logger.removeHandler(caplog.handler)
+
+
 @pytest.mark.slow
-def test_last_continues_the_newest_run_for_more_steps_in_its_own_folder(run_copy, capsys, caplog, recwarn):
+def test_last_continues_the_newest_run_for_more_steps_in_its_own_folder(run_copy, capsys, lightning_log, recwarn):
+    caplog = lightning_log
     rc, _, err = run(["fit", "--config", "tiny.yaml", "--trainer.max_steps", "7", "--ckpt_path", "last"], capsys)
     assert rc == 0, err
     noise = ("💡 Tip", "LeafSpec", "exists and is not empty")  # said on every run, about nothing in it

@@ -472,7 +472,16 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Preset, list
 
 def main(argv: list[str] | None = None) -> int:
     args, preset, models, arms = parse_args(argv)
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # one Trainer per arm: no banner each time
+    lightning_log = logging.getLogger("lightning.pytorch")
+    level = lightning_log.level
+    lightning_log.setLevel(logging.WARNING)  # one Trainer per arm: no banner each time
+    try:
+        return _run(args, preset, models, arms, argv if argv is not None else sys.argv[1:])
+    finally:
+        lightning_log.setLevel(level)  # a caller's later runs (tests, notebooks) keep their messages
+
+
+def _run(args, preset, models, arms, argv: list[str]) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # the arms' matmul dtype (autocast or fp32)
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({platform.machine()})"
@@ -498,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in data:
         row["cores_needed"] = {m: rate / row["symbols_per_s"] for m, rate in best.items()}
 
-    command = "python tools/bench_train.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python tools/bench_train.py " + " ".join(argv)
     summary = (f"{device_name}, torch {torch.__version__}; matmul ceiling {matmul / 1e12:.1f} TFLOP/s "
                f"({preset.matmul_size}^3, {str(dtype).removeprefix('torch.')}); {args.warmup} warmup + {args.steps} "
                f"timed steps per arm; windows: {WINDOW_WORDS[args.windows]}; corpus: {len(docs)} python-sources "
