@@ -15,8 +15,8 @@ from proxycomp.errors import UserError
 
 from .benchmark import Entry, append_row, load_rows, pair_candidates, row, summary, summary_line, table
 from .config import SIZES, Candidate, EvalConfig
-from .evaluator import Evaluator
-from .pool import LocalPool, open_pool
+from .evaluator import Evaluator, open_pool
+from .pool import LocalPool
 from .result import EvalResult, mean_stages
 from .tasks import TaskError, list_tasks, load_task, load_task_set
 

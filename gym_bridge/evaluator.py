@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from proxycomp.errors import UserError
+
 from .config import Candidate, EvalConfig
 from .extract import extract_code
 from .result import EvalResult
@@ -117,3 +119,18 @@ class Evaluator:
         if raw.get("correct"):
             return "ok"
         return "incorrect" if raw.get("trials") else "error"
+
+
+def open_pool(workers: int | None = None, ray_address: str | None = None):
+    """The judges' pool: local judge processes, or Ray actors on a cluster (`ray_address`: "auto" for the cluster
+    this machine belongs to, "ray://HOST:10001", or "local" to start one here), each holding a local pool."""
+    if ray_address is None:
+        from .pool import LocalPool
+
+        return LocalPool(num_workers=workers)
+    try:
+        from .ray_pool import RayPool
+    except ImportError:
+        raise UserError("a Ray cluster was asked for, and ray is not installed (pip install 'proxycomp[ray]')") from None
+    return RayPool(num_actors=workers, address=ray_address)
+

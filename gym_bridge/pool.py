@@ -24,8 +24,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from proxycomp.errors import UserError
-
 from . import wire
 from .containment import scrubbed_env
 
@@ -264,16 +262,3 @@ class LocalPool:
             self._judges[slot] = None
         self._zygote.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-def open_pool(workers: int | None = None, ray_address: str | None = None):
-    """The judges' pool: local judge processes, or Ray actors on a cluster (`ray_address`: "auto" for the cluster
-    this machine belongs to, "ray://HOST:10001", or "local" to start one here), each holding a local pool."""
-    if ray_address is None:
-        return LocalPool(num_workers=workers)
-    try:
-        from .ray_pool import RayPool
-    except ImportError:
-        raise UserError("a Ray cluster was asked for, and ray is not installed (pip install 'proxycomp[ray]')") from None
-    return RayPool(num_actors=workers, address=ray_address)
-

@@ -32,9 +32,9 @@ from proxycomp.files import write_atomic
 from proxycomp.lit import ProxyLM
 
 from ..config import SIZES, EvalConfig
-from ..evaluator import Evaluator
+from ..evaluator import Evaluator, open_pool
 from ..policy import ByteLMPolicy
-from ..pool import open_pool, timing_lock_path, visible_gpus
+from ..pool import timing_lock_path, visible_gpus
 from ..tasks import Task, list_tasks, load_task, load_task_set
 from ..timing import DeviceLock
 from .evaluation import EvalRow, EvaluationConfig, evaluate_policy, format_table

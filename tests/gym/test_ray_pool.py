@@ -40,7 +40,7 @@ def test_a_ray_pool_without_ray_installed_is_one_line(monkeypatch):
     import sys
 
     from proxycomp.errors import UserError
-    from proxycomp.gym_bridge.pool import open_pool
+    from proxycomp.gym_bridge.evaluator import open_pool
 
     monkeypatch.setitem(sys.modules, "proxycomp.gym_bridge.ray_pool", None)  # as if ray were missing
     with pytest.raises(UserError, match="ray is not installed"):
