@@ -28,11 +28,7 @@ class Evaluator:
 
     def __init__(self, pool: Pool | None = None, config: EvalConfig | None = None, static_checks: bool = True) -> None:
         """`static_checks=False` sends every candidate to the judge as it is (to audit the judge alone)."""
-        if pool is None:
-            from .pool import LocalPool
-
-            pool = LocalPool()
-        self.pool = pool
+        self.pool = open_pool() if pool is None else pool
         self.config = config or EvalConfig()
         self.static_checks = static_checks
 
@@ -131,6 +127,7 @@ def open_pool(workers: int | None = None, ray_address: str | None = None):
     try:
         from .ray_pool import RayPool
     except ImportError:
-        raise UserError("a Ray cluster was asked for, and ray is not installed (pip install 'proxycomp[ray]')") from None
+        raise UserError("a Ray cluster was asked for, and ray is not installed "
+                        "(pip install 'proxycomp[ray]')") from None
     return RayPool(num_actors=workers, address=ray_address)
 

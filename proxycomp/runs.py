@@ -119,15 +119,12 @@ class ResumedLogStep(L.Callback):
     one short of its step, and on resume Lightning adds the missing one only when the checkpoint was written at the
     end of a training batch: one written by the step's validation (as every run's last is) resumed a step early, at
     steps the run had already used. The uninterrupted run logs step k's metrics at k, and with one optimizer step
-    per batch that count is the global step: this sets it there at the first batch, after Lightning's own fix-up."""
+    per batch that count is the global step: this sets it there before each batch (after Lightning's own fix-up,
+    which runs after on_train_start; from the first batch on the two stay equal)."""
 
-    def __init__(self) -> None:
-        self._checked = False
-
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        if not self._checked:
-            self._checked = True
-            trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
 
 
 @contextlib.contextmanager

@@ -193,7 +193,8 @@ PINNING_PROBE = "import os, time\ntime.sleep(1)\nraise RuntimeError('pinned=' + 
 def run_pinning_probe(devices: list[str]) -> list[str]:
     pool = LocalPool(devices=devices)
     try:
-        job = {"task_source": PINNING_PROBE, "candidate_code": "", "config": EvalConfig(size="cpu", retries=0).to_dict()}
+        config = EvalConfig(size="cpu", retries=0).to_dict()
+        job = {"task_source": PINNING_PROBE, "candidate_code": "", "config": config}
         results = pool.run([job, job])
     finally:
         pool.close()
