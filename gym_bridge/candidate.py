@@ -2,20 +2,23 @@
 
 Forked from the pool's zygote (which never touched CUDA) for one candidate, held by the OS (containment.py) and then
 discarded. While it is still clean it sets up its instruments: the device, Triton's launch recorder, the op audit
-(a dispatch mode) and the audit hook. Then it loads the candidate and answers the judge's requests (wire.py):
+(a dispatch mode), the audit hook, and a snapshot of the process (integrity.py). Then it loads the candidate and
+answers the judge's requests (wire.py):
 
-    stage     the task (its source: references are not secret, inputs are) and the timing inputs, drawn on the
-              device from seeds the judge sends (GPU only)
-    trial     one timed call on inputs refilled from a seed revealed only now (timing.timed_trial); "null" times a
-              no-op: the judge's calibration, asked for before the candidate's code exists here
+    stage     the task (its source: references are not secret) and the timing input sets, drawn on the device from
+              seeds the judge sends; the shapes of the outputs (GPU only)
+    trial     one timed request: refill an input set from a seed revealed only now, time one call with CUDA events,
+              and answer with the time and a fingerprint of the outputs under a key revealed only now (timing.py);
+              "null" times a no-op instead (the judge's calibration, asked for before the candidate's code exists)
     load      the candidate's module, and ModelNew built under the judge's initialization seed
-    call      one forward on the inputs sent: the outputs, their types, the Triton launches, the aten ops that the
-              dispatch audit and the profiler saw, whether the inputs changed
-    profile   start, or stop the profiler around timed trials; stop returns the kernels and ops it saw and the last
-              output of each input set
+    call      one forward on the inputs sent: the outputs (into the judge's reply buffer), their types, the Triton
+              launches, the aten ops that the dispatch audit and the profiler saw, whether the inputs changed
+    profile   a few calls on one input set under the profiler: the kernels, their device time, the ops
 
-Every answer is a claim. The judge compares outputs with its own reference, times each request on its own clock,
-and checks what it cannot observe against what it can (judge.py).
+Every answer is a claim: the judge compares outputs and fingerprints with its own reference and times each trial on
+its own clock. What this process finds against the candidate (a refusal of the audit hook, a changed instrument, a
+hook left behind) leaves through an append-only pipe (containment.reporter), so nothing the candidate does later
+takes it back.
 """
 from __future__ import annotations
 
@@ -26,77 +29,46 @@ import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from . import wire
+from .integrity import Snapshot
 from .launch_hook import LaunchRecorder
 from .op_audit import OpAudit
-from .timing import draw_inputs, timed_trial
+from .timing import draw_inputs, projection, refill, timed_call
 
 ERROR_CHARS = 4000  # of a traceback, its end
 NAMES_KEPT = 200  # kernel and op names reported per profile
-
-# Objects this process measures with, saved before the candidate loads; one that changes is reported as a patch.
-GUARDED: dict[str, Callable[[], Any]] = {
-    "torch.cuda.Event": lambda: torch.cuda.Event,
-    "torch.cuda.Event.record": lambda: torch.cuda.Event.record,
-    "torch.cuda.Event.elapsed_time": lambda: torch.cuda.Event.elapsed_time,
-    "torch.cuda.Event.synchronize": lambda: torch.cuda.Event.synchronize,
-    "torch.cuda.synchronize": lambda: torch.cuda.synchronize,
-    "torch.manual_seed": lambda: torch.manual_seed,
-    "torch.Tensor.copy_": lambda: torch.Tensor.copy_,
-    "torch.Tensor.clone": lambda: torch.Tensor.clone,
-    "torch.nn.Module.__call__": lambda: torch.nn.Module.__call__,
-    "torch.profiler.profile": lambda: torch.profiler.profile,
-    "time.perf_counter": lambda: time.perf_counter,
-    "time.monotonic": lambda: time.monotonic,
-}
-PRECISION_FLAGS: dict[str, Callable[[], bool]] = {  # fp32 is compared at fp32 tolerance: TF32 would be a downcast
-    "torch.backends.cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
-    "torch.backends.cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
-}
+HOST_ONLY_COMPUTE = ("apply_", "map_", "map2_")  # Python callbacks per element: compute no op or kernel shows
 
 
 class Session:
     """What one candidate process holds: its device, instruments, the loaded model and the timing buffers."""
 
-    def __init__(self, workdir: str, device: str, flush_mb: int, extra_allowed_ops: tuple[str, ...],
-                 violations: list[str]) -> None:
-        self.workdir, self.device = workdir, device
+    def __init__(self, workdir: str, device: str, extra_allowed_ops: tuple[str, ...], report) -> None:
+        self.workdir, self.device, self.report = workdir, device, report
         self.recorder = LaunchRecorder().install()
         self.extra_allowed_ops = extra_allowed_ops
-        self.violations = violations
         self.model: Any = None
         self.task: Any = None
         self.size = ""
-        self.sets: list[list] = []  # timing inputs, refilled in place before every trial
-        self.last: dict[int, Any] = {}  # input set -> its last output
-        self.profiler: Any = None
+        self.sets: list[list] = []  # timing inputs, refilled in place by every trial
+        self.dummies: list[torch.Tensor] = []  # outputs' shapes, fingerprinted by the null trials
         self.previous: list = []  # the inputs of the last call, refilled in place by a "refill" call
-        self.guards = {name: get() for name, get in GUARDED.items()}
-        self.default_dtype, self.environ = torch.get_default_dtype(), dict(os.environ)
-        self.flush = torch.empty(flush_mb << 18, dtype=torch.int32, device=device) if device == "cuda" and flush_mb \
-            else None
-        # Saved before the candidate exists: the trial loop uses these objects only.
+        # Saved before the candidate exists: the checks and the trial loop use these objects only.
+        self.equal, self.isnan = torch.equal, torch.Tensor.isnan
         self.event = torch.cuda.Event if device == "cuda" else None
         self.synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        self.stdout, self.clock = sys.stdout, time.perf_counter
+        self.snapshot: Snapshot | None = None
 
-
-def patched(session: Session) -> list[str]:
-    """Process-wide state the candidate changed: the measuring objects it replaced, the TF32 switches it turned on,
-    the launch paths it rewrote, a dispatch or function mode it left active, the default dtype, the environment."""
-    bad = [name for name, get in GUARDED.items() if get() is not session.guards[name]]
-    bad += [name for name, get in PRECISION_FLAGS.items() if get()]
-    if torch._C._len_torch_dispatch_stack() or torch._C._len_torch_function_stack():
-        bad.append("a torch mode left active")
-    if torch.get_default_dtype() != session.default_dtype:
-        bad.append("torch.set_default_dtype")
-    if dict(os.environ) != session.environ:
-        bad.append("os.environ")
-    return [f"monkey_patch:{name}" for name in bad + session.recorder.intact()]
+    def audit(self) -> None:
+        """Report what changed in the process since the snapshot (each difference once)."""
+        if self.snapshot is not None:
+            for code in self.snapshot.changes():
+                self.report(code)
 
 
 def _error(stage: str, exc: BaseException) -> dict:
@@ -145,30 +117,36 @@ def _module(session: Session, name: str, source: str):
     return module
 
 
-def _load(session: Session, msg: dict, fd: int | None) -> tuple[dict, list]:
-    init = wire.decode(msg["init"], fd, msg["max_bytes"], session.device)
+def _outputs(session: Session, values: list, fd: int | None) -> dict:
+    """The outputs written into the judge's reply buffer, described; or why they could not be."""
+    try:
+        return {"outputs": wire.write_into(fd, values)}
+    except wire.WireError as err:
+        return {"mismatch": f"unusable outputs ({err})"}
+
+
+def _load(session: Session, msg: dict, fds: list[int]) -> dict:
+    init = wire.decode(msg["init"], fds[0] if fds else None, msg["max_bytes"], session.device)
     try:
         module = _module(session, "candidate", msg["code"])
     except BaseException as exc:  # noqa: BLE001 - SystemExit at import too
-        return _error("load", exc), []
+        return _error("load", exc)
     model_cls = getattr(module, "ModelNew", None)
     if not isinstance(model_cls, type):
-        return {"error": "load: the candidate defines no class ModelNew"}, []
+        return {"error": "load: the candidate defines no class ModelNew"}
     torch.manual_seed(msg["init_seed"])
     try:
         model = model_cls(*init)
         session.model = model.to(session.device) if isinstance(model, torch.nn.Module) else model
     except BaseException as exc:  # noqa: BLE001
-        return _error("__init__", exc), []
-    return {"ok": True}, []
+        return _error("__init__", exc)
+    return {"ok": True}
 
 
-def _call(session: Session, msg: dict, fd: int | None) -> tuple[dict, list]:
-    inputs = wire.decode(msg["inputs"], fd, msg["max_bytes"], session.device)
+def _call(session: Session, msg: dict, fds: list[int]) -> dict:
+    inputs = wire.decode(msg["inputs"], fds[0] if fds else None, msg["max_bytes"], session.device)
     if msg.get("refill"):  # the same tensors as the last call, new contents: an output cached by address goes stale
-        for dst, src in zip(session.previous, inputs):
-            if isinstance(dst, torch.Tensor):
-                dst.copy_(src)
+        refill(session.previous, inputs)
         inputs = session.previous
     session.previous = inputs
     before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
@@ -179,98 +157,127 @@ def _call(session: Session, msg: dict, fd: int | None) -> tuple[dict, list]:
             out = session.model(*inputs)
             session.synchronize()
     except BaseException as exc:  # noqa: BLE001
-        return _error("forward", exc), []
+        return _error("forward", exc)
     outputs = _flat(out)
-    tensors = [o if type(o) is torch.Tensor else None for o in outputs]
     reply = {
         "types": [_type_name(o) for o in outputs],
         "audit_ops": sorted(audit.compute_ops),
-        "mutated": not all(_same(a, b) for a, b in zip(before, inputs)),
+        "mutated": not all(_same(session, a, b) for a, b in zip(before, inputs)),
         **_summarize(prof, session.recorder.names),
     }
-    if any(t is None for t in tensors):
-        return reply, []
-    items, payload = wire.encode(tensors)
-    reply["outputs"] = items
-    return reply, payload
+    if all(type(o) is torch.Tensor for o in outputs):
+        reply.update(_outputs(session, outputs, fds[1] if len(fds) > 1 else None))
+    return reply
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(session: Session, a: Any, b: Any) -> bool:
     if not isinstance(a, torch.Tensor):
         return a == b
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    equal = a == b
-    if a.is_floating_point() or a.is_complex():
-        equal |= a.isnan() & b.isnan()
-    return bool(equal.all())
+    if session.equal(a, b):
+        return True
+    return (a.is_floating_point() or a.is_complex()) and session.equal(session.isnan(a), session.isnan(b)) and \
+        session.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
 
 
-def _stage(session: Session, msg: dict, fd: int | None) -> tuple[dict, list]:
+def _stage(session: Session, msg: dict, fds: list[int]) -> dict:
     session.task, session.size = _module(session, "task", msg["task_source"]), msg["size"]
     session.sets = [draw_inputs(session.task, session.size, seed, session.device) for seed in msg["seeds"]]
-    return {"ok": True}, []
+    session.dummies = [torch.zeros(spec["shape"], dtype=wire.DTYPES[spec["dtype"]], device=session.device)
+                       for spec in msg["outputs"]]
+    return {"ok": True}
 
 
 def _noop(*inputs: Any) -> None:
     return None
 
 
-def _trial(session: Session, msg: dict, fd: int | None) -> tuple[dict, list]:
-    k = msg["set"]
-    fresh = draw_inputs(session.task, session.size, msg["seed"], session.device)
-    fn = _noop if msg.get("null") else session.model
+def _trial(session: Session, msg: dict, fds: list[int]) -> dict:
+    """One timed request; everything in it is on the judge's clock."""
+    inputs = session.sets[msg["set"]]
     try:
-        ms, out = timed_trial(fn, session.sets[k], fresh, session.flush, session.event, session.synchronize)
+        refill(inputs, draw_inputs(session.task, session.size, msg["seed"], session.device))
+        session.synchronize()
+        started = session.clock()
+        ms, out = timed_call(_noop if msg.get("null") else session.model, inputs, session.event,
+                             session.synchronize)
+        host_ms = (session.clock() - started) * 1e3
+        outputs = session.dummies if msg.get("null") else _flat(out)
+        if not all(type(o) is torch.Tensor for o in outputs):
+            return {"error": "timing: an output is not a plain tensor"}
+        fingerprint, _ = projection(outputs, msg["key"], session.device)
     except BaseException as exc:  # noqa: BLE001
-        return _error("timing", exc), []
-    if out is not None:
-        session.last[k] = out
-    return {"ms": ms}, []
+        return _error("timing", exc)
+    return {"ms": ms, "host_ms": host_ms, "fingerprint": fingerprint}
 
 
-def _profile_op(session: Session, msg: dict, fd: int | None) -> tuple[dict, list]:
-    if msg.get("start"):
-        session.recorder.names.clear()
-        session.profiler = _profile(True)
-        session.profiler.__enter__()
-        return {"ok": True}, []
-    session.profiler.__exit__(None, None, None)
-    reply = _summarize(session.profiler, session.recorder.names)
-    outputs = [_flat(session.last.get(k)) for k in range(len(session.sets))]
-    if any(type(o) is not torch.Tensor for out in outputs for o in out):
-        return {**reply, "error": "timing: an output is not a plain tensor"}, []
-    items, payload = wire.encode([o for out in outputs for o in out])
-    reply.update(outputs=items, per_set=len(outputs[0]))
-    return reply, payload
+def _profile_op(session: Session, msg: dict, fds: list[int]) -> dict:
+    inputs = session.sets[msg["set"]]
+    session.recorder.names.clear()
+    try:
+        with torch.no_grad(), _profile(True) as prof:
+            for _ in range(msg["calls"]):
+                session.model(*inputs)
+                session.synchronize()
+    except BaseException as exc:  # noqa: BLE001
+        return _error("profile", exc)
+    return _summarize(prof, session.recorder.names)
 
 
 HANDLERS = {"load": _load, "call": _call, "stage": _stage, "trial": _trial, "profile": _profile_op}
 
 
-def serve(sock: socket.socket, workdir: str, device: str, flush_mb: int, extra_allowed_ops: tuple[str, ...],
-          violations: list[str], layers: list[str]) -> None:
+def refuse_host_compute(report) -> None:
+    """Tensor methods that run a Python function per element (CPU only): compute that neither the op audit nor the
+    profiler can see, and that no kernel needs."""
+    for name in HOST_ONLY_COMPUTE:
+        def refused(*args, _name=name, **kwargs):
+            report(f"host_compute:Tensor.{_name}")
+            raise PermissionError(f"gym sandbox: Tensor.{_name} is not allowed")
+
+        setattr(torch.Tensor, name, refused)
+
+
+def hide(package: str) -> tuple:
+    """Take the gym's modules out of sys.modules and their parents, so that no name looked up from a string reaches
+    the harness (importing them again is refused by the audit hook); the harness keeps its own references. Returns
+    the harness modules, for the snapshot."""
+    mine = tuple(m for name, m in list(sys.modules.items()) if name == package or name.startswith(package + "."))
+    for module in mine:
+        sys.modules.pop(module.__name__, None)
+    root = sys.modules.get(package.split(".")[0])
+    if root is not None and root.__name__ != package:
+        sys.modules.pop(root.__name__, None)
+    return mine
+
+
+def serve(sock: socket.socket, workdir: str, device: str, extra_allowed_ops: tuple[str, ...], report,
+          layers: list[str], snapshot_of: tuple) -> None:
     """Answer the judge until it closes the socket. The process exits after; a candidate that kills it first is
-    reported by the monitor's exit status. `layers`: the containment in force, for the verdict."""
-    session = Session(workdir, device, flush_mb, extra_allowed_ops, violations)
+    reported by the monitor's exit status. `layers`: the containment in force, for the verdict; `snapshot_of`: the
+    harness modules the snapshot watches."""
+    session = Session(workdir, device, extra_allowed_ops, report)
+    refuse_host_compute(report)
+    session.snapshot = Snapshot(snapshot_of)
     wire.send(sock, {"ready": True, "layers": layers})
     while True:
         try:
-            msg, fd = wire.recv(sock, deadline=float("inf"))
+            msg, fds = wire.recv(sock, deadline=float("inf"))
         except wire.WireError:
             return
-        seen = len(session.violations)
+        op = msg.get("op")
         try:
-            handler = HANDLERS.get(msg.get("op"))
-            reply, tensors = handler(session, msg, fd) if handler else ({"error": f"unknown op {msg.get('op')!r}"}, [])
+            handler = HANDLERS.get(op)
+            reply = handler(session, msg, fds) if handler else {"error": f"unknown op {op!r}"}
         except BaseException as exc:  # noqa: BLE001 - whatever the candidate made of this process, answer
-            reply, tensors = _error(str(msg.get("op")), exc), []
+            reply = _error(str(op), exc)
         finally:
-            if fd is not None:
-                os.close(fd)
-        sys.stdout.flush()
-        reply["violations"] = session.violations[seen:] + patched(session)
+            wire.close(fds)
+        if op != "trial":  # a trial's window is the judge's clock: the next request's audit covers it
+            session.audit()
+        session.stdout.flush()
         try:
-            wire.send(sock, reply, tensors)
+            wire.send(sock, reply)
         except (OSError, TypeError, ValueError, wire.WireError) as exc:
             wire.send(sock, {"error": f"reply: {type(exc).__name__}: {str(exc)[:ERROR_CHARS]}"})

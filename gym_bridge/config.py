@@ -1,5 +1,5 @@
-"""What to evaluate (`Candidate`) and how (`EvalConfig`): plain dataclasses so they cross process and Ray
-boundaries as dicts."""
+"""What to evaluate (`Candidate`), how (`EvalConfig`), and what a judge is handed (`Job`): dataclasses that cross
+process and Ray boundaries as JSON dicts and are rebuilt, checked, on the other side."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,7 +19,12 @@ class Candidate:
 
 @dataclass(frozen=True)
 class RewardWeights:
-    """R = correct·C + speed·C·min(speedup, speedup_cap) + coverage·C·coverage (the paper's form at 1/1/1)."""
+    """R = C·(correct + speed·min(speedup, speedup_cap) - coverage·(1 - triton_coverage)), C the correctness (0/1).
+
+    KernelGYM's R = C + C·min(s, 3) + C·PR less its coverage weight: the coverage term is a penalty for device time
+    spent outside the candidate's Triton kernels, not a bonus. Coverage is what the candidate's own process reports
+    (its profile), so it may only lower a reward: a forged profile can erase the penalty, never earn more than the
+    correctness and speed terms that the judge measured itself (docs/gym.md)."""
 
     correct: float = 1.0
     speed: float = 1.0
@@ -37,7 +42,8 @@ class EvalConfig:
     lowers the coverage (KernelGYM's rule); `strict` makes it a hacking verdict. `extra_allowed_ops` widens the
     glue list (aten op names such as "add.Tensor") for tasks that legitimately keep some glue in torch.
     `memory_limit_mb` caps each candidate process (address space on CPU, data segment with CUDA);
-    `input_sets` is how many input tensors each side keeps for timing (each trial refills one with new values).
+    `input_sets` is how many input tensors each side keeps for timing (each trial refills one with new values);
+    `profile_calls` how many calls the profiler watches for the coverage, after the timing.
     `seed` None (the default) has the judge draw secret seeds per evaluation, so no candidate can compute its
     outputs in advance; a fixed seed makes an evaluation repeatable and gives that defence up.
     """
@@ -55,7 +61,7 @@ class EvalConfig:
     l2_flush_mb: int = 256
     compile_reference: bool = False
     suspicious_speedup: float = 3.0
-    profile_iters: int = 10
+    profile_calls: int = 10
     weights: RewardWeights = field(default_factory=RewardWeights)
     extra_allowed_ops: tuple = ()
     memory_limit_mb: int = 8192
@@ -80,4 +86,28 @@ class EvalConfig:
         d = dict(d)
         d["weights"] = RewardWeights(**d.get("weights", {}))
         d["extra_allowed_ops"] = tuple(d.get("extra_allowed_ops", ()))
+        d["tolerances"] = dict(d.get("tolerances", cls().tolerances))
         return cls(**d)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One candidate as a judge receives it: the task's source (references are not secret), the extracted code, the
+    settings. `alone`: a retry after the GPU ran out of memory while shared, judged with the GPU to itself."""
+
+    id: str
+    task: str
+    task_source: str
+    code: str
+    config: EvalConfig = field(default_factory=EvalConfig)
+    alone: bool = False
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Job":
+        names = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(d, dict) or set(d) - names or not {"id", "task", "task_source", "code"} <= set(d):
+            raise ValueError(f"not a Job: {sorted(d) if isinstance(d, dict) else type(d).__name__}")
+        return cls(**{**d, "config": EvalConfig.from_dict(d.get("config", {}))})

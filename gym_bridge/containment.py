@@ -2,10 +2,11 @@
 
 Each layer is the kernel's, so nothing the candidate runs (Python, a Triton helper that spawns a compiler, a child
 it forks) can lift it:
-- its own PID, network and IPC namespaces where the kernel allows them: the candidate is PID 1 of a namespace, so
-  every thread and process it makes (setsid children included) dies when it does, it cannot name any process
-  outside, and it has no network. Where namespaces are refused, its monitor is a child subreaper that kills every
-  descendant left behind.
+- its own PID, mount, network and IPC namespaces where the kernel allows them: the candidate is PID 1 of a namespace
+  with a /proc of its own, so every thread and process it makes (setsid children included) dies when it does, it
+  sees and names no process outside (not even their command lines), and it has no network. Where namespaces are
+  refused, its monitor is a child subreaper that kills every descendant left behind, and the audit hook refuses
+  other processes' /proc entries.
 - Landlock (Linux >= 5.13): reads only the read-only installs (the interpreter, its packages, system libraries,
   /proc, /sys), writes only its own temporary folder and the GPU device files; no TCP; no signals or abstract
   sockets beyond its own domain (ABI 6).
@@ -31,7 +32,8 @@ import sysconfig
 
 ENV_WHITELIST = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "LD_LIBRARY_PATH", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES",
                  "TRITON_PTXAS_PATH", "NVIDIA_VISIBLE_DEVICES", "CC")
-CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x20000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_SECCOMP = 1, 38, 24, 36, 22
 _SYS_CAPSET, _SYS_LANDLOCK_CREATE, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT = 126, 444, 445, 446
 
@@ -62,18 +64,28 @@ def _call(fn, *args) -> int:
     return result if result >= 0 else -ctypes.get_errno()
 
 
-def enter_namespaces(cuda: bool) -> list[str]:
-    """Unshare namespaces for the children this process forks next (needs CAP_SYS_ADMIN): network and IPC, and PID
-    except with CUDA, whose driver does not start in a PID namespace of its own (error 304 on the H200). Without a
-    PID namespace this process becomes a child subreaper instead, so orphaned descendants come back to it to be
-    killed. Returns the layers in force."""
+def enter_namespaces() -> list[str]:
+    """Unshare namespaces for the children this process forks next (needs CAP_SYS_ADMIN): network and IPC, then PID
+    and mount together, so that the next child is PID 1 of its own PID namespace and can mount a /proc of its own
+    (`own_proc`): it then sees no process outside, and CUDA starts there (in a PID namespace that still shows the
+    host's /proc, the driver fails with error 304). Without them this process becomes a child subreaper instead, so
+    orphaned descendants come back to it to be killed. Returns the layers in force."""
     layers = []
     if _call(_libc.unshare, CLONE_NEWNET | CLONE_NEWIPC) == 0:
         layers.append("net-ipc-namespaces")
-    if not cuda and _call(_libc.unshare, CLONE_NEWPID) == 0:
+    if _call(_libc.unshare, CLONE_NEWPID | CLONE_NEWNS) == 0:
         return layers + ["pid-namespace"]
     _call(_libc.prctl, PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     return layers + ["subreaper"]
+
+
+def own_proc() -> bool:
+    """Mount a /proc of this PID namespace over the host's (in this process's own mount namespace, made private
+    first so nothing propagates back): called by PID 1 of the namespace before anything reads /proc."""
+    if _call(_libc.mount, None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) != 0:
+        return False
+    flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    return _call(_libc.mount, b"proc", b"/proc", b"proc", flags, None) == 0
 
 
 def kill_descendants() -> None:
@@ -270,10 +282,16 @@ NETWORK_EVENTS = {"socket.connect", "socket.bind", "socket.sendto", "socket.geta
 # object.__getattr__/__setattr__ fire only for guarded attributes (tb_frame, __code__, ...).
 INTROSPECTION_EVENTS = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._getframe",
                         "sys._current_frames", "sys.settrace", "sys.setprofile", "sys._getframemodulename",
-                        "object.__getattr__", "object.__setattr__", "object.__delattr__"}
+                        "object.__getattr__", "object.__setattr__", "object.__delattr__", "sys.addaudithook",
+                        "cpython.PyInterpreterState_Clear"}
+# Code that did not come from an installed file: compiled from a string, built, unmarshalled or unpickled.
+DYNAMIC_CODE_EVENTS = {"compile", "exec", "code.__new__", "marshal.loads", "marshal.load", "pickle.find_class",
+                       "function.__new__"}  # builtins.exec/eval raise "exec"; FunctionType(code) "function.__new__"
 WRITE_EVENTS = {"os.remove", "os.rmdir", "os.rename", "os.truncate", "os.chmod", "os.chown", "os.link",
                 "os.symlink", "os.mkdir", "shutil.rmtree", "os.utime"}
 READ_EVENTS = {"os.listdir", "os.scandir", "glob.glob"}
+# The standard library's code generators (dataclass methods, namedtuple classes) compile templates of their own.
+GENERATORS = ("dataclasses.py", "collections/__init__.py", "typing.py", "enum.py")
 
 
 def _real(path: object) -> str | None:
@@ -289,40 +307,76 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def install_audit_hook(workdir: str, read_roots: list[str], devices: list[str], candidate_file: str,
-                       compiler_libs: tuple[str, ...], libraries: tuple[str, ...]) -> list[str]:
-    """A permanent PEP 578 hook for this process; returns the list it appends a code to for each refusal.
+def reporter(fd: int):
+    """The candidate process's one channel for what it refused or found changed: a line per verdict code on a pipe
+    the judge reads. Append-only: a line written is out of the process, so no candidate can take it back; a closed
+    pipe is itself a verdict (the judge sees its end early), and a pipe kept full ends the process."""
+    write, exit_now = os.write, os._exit
 
-    File access outside `workdir`, `read_roots` and `devices` is refused whoever asks (no library is
-    exempt): the same line Landlock draws, kept where the kernel has no Landlock and reported either way. Network
-    use is refused. Process creation and native library loading are refused unless a frame of `compiler_libs`
-    (Triton, which runs ptxas and a C compiler and loads what they build) is nearer than the candidate's; what such a
-    process does is held by the namespaces and Landlock. Introspection that could reach the instruments (gc walks,
-    frames, tracing hooks) is refused unless a frame of `libraries` (torch, Triton: their warnings and tracing read
-    frames) is nearer than the candidate's.
+    def report(code: str) -> None:
+        line = code.replace("\n", " ")[:300] + "\n"
+        try:
+            write(fd, line.encode(errors="replace"))
+        except OSError:
+            exit_now(70)
+
+    return report
+
+
+def install_audit_hook(workdir: str, read_roots: list[str], devices: list[str], compiler_libs: tuple[str, ...],
+                       libraries: tuple[str, ...], hidden: tuple[str, ...], report) -> None:
+    """A permanent PEP 578 hook for this process; each refusal is `report`ed (reporter()) and raised.
+
+    File access outside `workdir`, `read_roots` and `devices` is refused whoever asks (no library is exempt): the
+    same line Landlock draws, kept where the kernel has no Landlock; so are other processes' /proc entries. Network
+    use is refused. The rest depends on who asks, read from the Python stack: a frame of code that is not installed
+    (the candidate's file, anything in its folder, code compiled from a string whatever file name it claims) is the
+    candidate's; a frame of an exempt library is not; the rest (the standard library, the harness) is looked
+    through. Process creation and native library loading are refused unless a frame of `compiler_libs` (Triton,
+    which runs ptxas and a C compiler and loads what they build) is nearer than the candidate's, and also when no
+    frame of either is on the stack (a C callable left behind to run later). Introspection that could reach the
+    instruments (gc walks, frames, tracing hooks, audit hooks) is refused unless a frame of `libraries` (torch,
+    Triton: their warnings and tracing read frames) or of the standard library's code generators is nearer. Dynamic code (compile, exec of code that no installed
+    file holds, code objects built or unmarshalled) is refused unless `libraries` or the standard library's code
+    generators ask; importing an installed file compiles exactly that file's text (or loads its cached bytecode),
+    and is allowed. Importing the packages named in `hidden` (the gym's own, which the harness took out of
+    sys.modules) is refused: a name looked up from a string reaches no instrument.
     """
-    violations: list[str] = []
     workdir = os.path.realpath(workdir)
     write_roots = (workdir, *devices)
     read_roots = tuple(read_roots) + write_roots
+    installed = tuple(r for r in read_roots if r not in write_roots and r not in ("/proc", "/sys"))
     compilers = tuple(os.path.realpath(p) for p in compiler_libs)
     trusted = tuple(os.path.realpath(p) for p in libraries)
+    generators = trusted + tuple(os.path.join(os.path.dirname(os.__file__), g) for g in GENERATORS)
+    own_proc = os.path.realpath("/proc/self")
     getframe = sys._getframe
+    files: dict[str, str] = {}  # co_filename -> "mine" | "looked through" | an exempt root, as first classified
 
-    def attributed_to_candidate(exempt: tuple[str, ...]) -> bool:
+    def kind(filename: str) -> str:
+        if filename not in files:
+            if filename.startswith("<frozen "):
+                files[filename] = "through"
+            else:
+                path = os.path.realpath(filename) if os.path.isabs(filename) else ""
+                files[filename] = path if path and _under(path, installed) and not _under(path, (workdir,)) \
+                    else "mine"
+        return files[filename]
+
+    def attributed_to_candidate(exempt: tuple[str, ...], nobody: bool) -> bool:
+        """Whether the nearest frame that decides is the candidate's; `nobody`: the answer when none decides."""
         frame = getframe(3)
         while frame is not None:
-            name = frame.f_code.co_filename
-            if name == candidate_file:
+            where = kind(frame.f_code.co_filename)
+            if where == "mine":
                 return True
-            if name.startswith(exempt):
+            if where != "through" and _under(where, exempt):
                 return False
             frame = frame.f_back
-        return False
+        return nobody
 
     def refuse(code: str) -> None:
-        if code not in violations:
-            violations.append(code)
+        report(code)
         raise PermissionError(f"gym sandbox: {code} is not allowed")
 
     busy = [False]  # the hook's own sys._getframe and f_back raise audit events too
@@ -336,6 +390,36 @@ def install_audit_hook(workdir: str, read_roots: list[str], devices: list[str], 
         finally:
             busy[0] = False
 
+    def other_process(path: str) -> bool:
+        parts = path.split("/")
+        return len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and not _under(path, (own_proc,))
+
+    def installed_source(source: object, filename: object) -> bool:
+        """An import compiling an installed file: the text compiled is that file's own."""
+        path = _real(filename) if isinstance(filename, (str, bytes)) else None
+        if not path or not _under(path, installed) or _under(path, (workdir,)):
+            return False
+        try:
+            with open(path, "rb") as fh:
+                text = fh.read()
+        except OSError:
+            return False
+        return text == (source.encode() if isinstance(source, str) else bytes(source))
+
+    def cached_bytecode(data: object) -> bool:
+        """An import loading an installed file's cached bytecode: importlib's caller names the .pyc, whose body
+        (past its 16-byte header) is exactly these bytes."""
+        frame = getframe(2)
+        path = _real(frame.f_locals.get("bytecode_path")) if frame is not None and \
+            frame.f_code.co_filename.startswith("<frozen importlib") else None
+        if not path or not _under(path, installed) or _under(path, (workdir,)):
+            return False
+        try:
+            with open(path, "rb") as fh:
+                return fh.read()[16:] == bytes(data)
+        except (OSError, TypeError):
+            return False
+
     def check(event: str, args: tuple) -> None:
         if event == "open":
             path = _real(args[0])
@@ -346,7 +430,7 @@ def install_audit_hook(workdir: str, read_roots: list[str], devices: list[str], 
                 isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND))
             if writing and not _under(path, write_roots):
                 refuse(f"file_write:{path}")
-            if not writing and not _under(path, read_roots):
+            if not writing and (not _under(path, read_roots) or other_process(path)):
                 refuse(f"file_read:{path}")
         elif event in WRITE_EVENTS:
             if event == "os.mkdir" and os.path.isdir(args[0]):
@@ -357,20 +441,31 @@ def install_audit_hook(workdir: str, read_roots: list[str], devices: list[str], 
                     refuse(f"file_write:{path} ({event})")
         elif event in READ_EVENTS:
             path = _real(args[0]) if args and isinstance(args[0], (str, bytes, os.PathLike)) else None
-            if path and not _under(path, read_roots):
+            if path and (not _under(path, read_roots) or other_process(path)):
                 refuse(f"file_read:{path}")
         elif event in NETWORK_EVENTS:
             refuse(f"network:{event}")
         elif event in PROCESS_EVENTS:
-            if attributed_to_candidate(compilers):
+            if attributed_to_candidate(compilers, nobody=True):
                 refuse(f"process_spawn:{event}")
         elif event == "ctypes.dlopen":
-            if attributed_to_candidate(compilers):
+            if attributed_to_candidate(compilers, nobody=True):
                 refuse(f"native_code:{event}")
-        elif event in INTROSPECTION_EVENTS:
-            if attributed_to_candidate(trusted):
+        elif event in INTROSPECTION_EVENTS:  # namedtuple reads its caller's module name from a frame
+            if attributed_to_candidate(generators, nobody=False):
                 detail = f"{event}({args[1]})" if event.startswith("object.") else event
                 refuse(f"introspection:{detail}")
+        elif event == "import":
+            if str(args[0]).split(".")[0] in hidden:
+                refuse(f"introspection:import {args[0]}")
+        elif event in DYNAMIC_CODE_EVENTS:
+            if event == "compile" and installed_source(*args[:2]):
+                return
+            if event in ("marshal.loads", "marshal.load") and cached_bytecode(args[0]):
+                return
+            if event == "exec" and kind(getattr(args[0], "co_filename", "<unknown>")) not in ("mine", "through"):
+                return  # an installed file's code: its text or bytecode was checked when it was loaded
+            if attributed_to_candidate(generators, nobody=True):
+                refuse(f"dynamic_code:{event}")
 
     sys.addaudithook(hook)
-    return violations

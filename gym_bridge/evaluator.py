@@ -1,24 +1,24 @@
-"""`Evaluator`: the one entry point. Extracts code, runs static checks in the parent, sends the rest to a
-pool of sandboxed workers, and turns their measurements into `EvalResult`s with reward and reason."""
+"""`Evaluator`: the one entry point. Extracts code, runs static checks in the parent, and sends the rest as `Job`s to
+a pool of judges, whose `EvalResult`s (verdict, measurements, reward and reason, decided in the judge) come back
+typed."""
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from typing import Protocol
 
 from proxycomp.errors import UserError
 
-from .config import Candidate, EvalConfig
+from .config import Candidate, EvalConfig, Job
 from .extract import extract_code
 from .result import EvalResult
-from .reward import compute_reward
+from .reward import finish
 from .static_checks import StaticReport, check_source
 from .tasks import load_task
 
 
 class Pool(Protocol):
-    def run(self, jobs: list[dict], on_result: Callable[[int, dict], None] | None = None) -> list[dict]: ...
+    def run(self, jobs: list[Job], on_result: Callable[[int, EvalResult], None] | None = None) -> list[EvalResult]: ...
 
     def close(self) -> None: ...
 
@@ -46,38 +46,39 @@ class Evaluator:
         """Results in batch order; `on_result` is called with each as soon as it is known."""
         started = time.monotonic()
         tasks = {c.task: load_task(c.task) for c in batch}
-        sources = {spec: (task.name, task.source) for spec, task in tasks.items()}
         results: list[EvalResult | None] = [None] * len(batch)
-        jobs, slots = [], []
-        cfg = self.config.to_dict()
+        jobs: list[Job] = []
+        slots: list[tuple[int, list[str]]] = []
+        weights = self.config.weights
         for i, cand in enumerate(batch):
-            name, source = sources[cand.task]
+            task = tasks[cand.task]
             code = extract_code(cand.code)
-            base = EvalResult(id=cand.id or str(i), task=name, status="no_code")
+            early = EvalResult(id=cand.id or str(i), task=task.name, status="no_code")
             if code is None:
-                results[i] = self._finish(base, {}, "no code block found in the reply")
+                results[i] = finish(early, weights, "no code block found in the reply")
                 continue
             report = check_source(code) if self.static_checks else StaticReport()
-            base.warnings = report.warnings
+            early.warnings = report.warnings
             if report.syntax_error:
-                base.status, base.error = "error", report.syntax_error
-                results[i] = self._finish(base, {}, report.syntax_error)
+                early.status, early.error = "error", report.syntax_error
+                results[i] = finish(early, weights)
             elif report.verdicts:
-                base.status, base.hacks = "flagged", list(report.verdicts)
-                results[i] = self._finish(base, {}, "")
+                early.hacks = list(report.verdicts)
+                results[i] = finish(early, weights)
             else:
-                jobs.append({"task_source": source, "candidate_code": code, "config": cfg})
-                slots.append((i, base))
+                jobs.append(Job(id=early.id, task=task.name, task_source=task.source, code=code, config=self.config))
+                slots.append((i, report.warnings))
         if on_result is not None:
             for r in results:
                 if r is not None:
                     on_result(r)
 
-        def finished(k: int, raw: dict) -> None:
-            i, base = slots[k]
-            results[i] = self._finish(base, raw, "")
+        def finished(k: int, judged: EvalResult) -> None:
+            i, warnings = slots[k]
+            judged.warnings = warnings
+            results[i] = judged
             if on_result is not None:
-                on_result(results[i])
+                on_result(judged)
 
         if jobs:
             self.pool.run(jobs, finished)
@@ -85,36 +86,6 @@ class Evaluator:
         for r in results:
             r.eval_s = round(per, 4)
         return results
-
-    def _finish(self, r: EvalResult, raw: dict, failure: str) -> EvalResult:
-        for key in ("compiled", "error", "trials", "trials_passed", "max_abs_err", "speedup", "coverage",
-                    "kernel_ms", "kernel_iqr_ms", "ref_ms", "ref_compile_ms", "timing_available",
-                    "launched_kernels", "torch_ops", "containment", "timing_check", "device", "exit_code",
-                    "attempts", "stage_s"):
-            if raw.get(key) is not None:
-                setattr(r, key, raw[key])
-        r.hacks = list(dict.fromkeys(r.hacks + list(raw.get("hacks", []))))
-        if raw:
-            r.status = raw.get("status") or self._status(raw, r)
-        r.correct = r.status == "ok"
-        if r.max_abs_err is not None and not math.isfinite(r.max_abs_err):
-            r.max_abs_err = None
-        failure = failure or (r.error.splitlines()[0] if r.error else "") or f"status {r.status}"
-        r.reward, r.reason = compute_reward(status=r.status, correct=r.correct, hacks=r.hacks, speedup=r.speedup,
-                                            coverage=r.coverage, weights=self.config.weights, failure=failure)
-        if r.hacks:
-            r.status = "flagged"
-        return r
-
-    @staticmethod
-    def _status(raw: dict, r: EvalResult) -> str:
-        if r.hacks:
-            return "flagged"
-        if not raw.get("compiled"):
-            return "error"
-        if raw.get("correct"):
-            return "ok"
-        return "incorrect" if raw.get("trials") else "error"
 
 
 def open_pool(workers: int | None = None, ray_address: str | None = None):

@@ -1,29 +1,31 @@
 """The judge: the only code that decides, in a process that never imports a candidate's code.
 
-A judge process (forked by the pool's zygote, one per worker slot, long-lived) takes a job from the pool, asks the
-zygote for a fresh candidate process, and drives it (candidate.py) through:
+A judge process (forked by the pool's zygote, one per worker slot, long-lived) takes a `Job` from the pool, asks the
+zygote for a fresh candidate process, drives it (candidate.py) and answers with an `EvalResult`:
 
 1. the task and its reference, built here from an initialization seed drawn per evaluation (the candidate builds
    ModelNew under the same seed, so weights match as in KernelBench);
-2. on the GPU, a calibration before the candidate's code exists: no-op timing trials whose round trips on the
-   judge's clock measure what the process adds around a timed call;
+2. on the GPU, before the candidate's code exists: the timing input sets are staged in its process and null trials
+   measure, on this process's clock, what a timed request costs when the call does nothing;
 3. the candidate's code, loaded in its process;
-4. correctness: K calls on inputs drawn here from a secret per-evaluation seed (the candidate cannot precompute
-   them), each compared here with the reference's outputs on a private copy of the same inputs; a grad-mode call
-   compared the same way; every call must launch a Triton kernel;
-5. on the GPU, timing under the device lock: each trial refills the inputs from a seed revealed only in that trial's
-   request; the judge's clock brackets every request, so the time the candidate process reports for a call can be
-   at most the round trip less the calibrated overhead (a forged, shorter time is flagged and never credited), the
-   last outputs of the timed calls are checked against the reference, and the profiler's view of those very calls
-   gives the Triton coverage (0: a decoy), its Triton kernels restricted to the @triton.jit functions of the source;
-   the reference is then timed here by the same trial procedure;
-6. the verdicts; the candidate process is killed and its folder removed.
-What the candidate process says of itself (launches, ops, types, mutation, refusals) can only add verdicts: a forged
-claim cannot raise a reward except through the coverage it reports, which the clock and the source bound.
+4. correctness: K calls on inputs drawn here from a secret per-evaluation seed, each compared here with the
+   reference's outputs on a private copy of the same inputs; the last call's tensors refilled (a cache keyed on them
+   goes stale); a grad-mode call; every call must launch a Triton kernel;
+5. on the GPU, holding the device lock: trials of the reference (here) and of the candidate (in its process)
+   interleaved, each on inputs refilled from a seed revealed only in that trial, after the L2 is flushed from here.
+   The candidate's time is this process's clock around its trial request less the null trials' cost; the time its
+   process reports can only make it longer. Each trial's answer carries a fingerprint of the outputs under a key
+   revealed in the same request, compared with the reference's: the whole output was computed inside the window
+   that was timed. Then a few calls under the profiler give the coverage (the share of device time in the
+   candidate's own @triton.jit kernels, by exact name), which can only lower the reward;
+6. the verdicts and the reward; the candidate process is killed and its folder removed.
+What the candidate process says of itself (launches, ops, types, mutation, refusals, its own timings, its profile)
+can only add verdicts or lower the reward (reward.py, docs/gym.md).
 """
 from __future__ import annotations
 
 import ast
+import fcntl
 import json
 import math
 import os
@@ -35,7 +37,6 @@ import socket
 import statistics
 import tempfile
 import time
-import traceback
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -43,13 +44,18 @@ from typing import Any
 import torch
 
 from . import wire
+from .config import EvalConfig, Job
 from .op_audit import GLUE_OPS
-from .timing import DeviceLock, clock, draw_inputs, timed_trial
+from .result import EvalResult
+from .reward import finish
+from .timing import DeviceLock, clock, draw_inputs, projection, projection_tolerance, refill, timed_call
 
-CALIBRATION_TRIALS = 8
+CALIBRATION_TRIALS = 10
+NULL_EVERY = 3  # a null trial after every third timed trial, beside the calibration before the candidate's code
 OUTPUT_TAIL_BYTES = 2000
 OUT_OF_MEMORY = ("MemoryError", "can't allocate memory", "out of memory", "OutOfMemoryError")
 MAX_OUTPUT_FACTOR = 2  # a candidate's outputs may hold at most this many times the reference's bytes (+ 1 MiB)
+PROFILE_SLACK = 1.5  # the profile's device time may exceed the profiled request's wall time by this factor at most
 
 
 class CandidateGone(Exception):
@@ -62,29 +68,60 @@ class CandidateGone(Exception):
 
 @dataclass
 class CandidateProcess:
-    """The judge's handle on one candidate process: its socket, the monitor's status pipe, the lifeline."""
+    """The judge's handle on one candidate process: its socket, the monitor's status pipe, the lifeline, and the
+    read end of its report pipe (what its process refused or found changed: one verdict code a line)."""
 
     sock: socket.socket
     status: int
     lifeline: int
+    report: int
     workdir: str
     deadline: float
     pid: int = 0
     layers: list[str] = field(default_factory=list)
-    violations: list[str] = field(default_factory=list)  # what the process refused or found patched, every reply
+    violations: list[str] = field(default_factory=list)
     _status_buf: bytes = b""
+    _report_buf: bytes = b""
 
-    def ask(self, msg: dict, tensors=()) -> tuple[dict, int | None]:
-        """Send a request; its reply (and memfd). CandidateGone when the process does not answer in time."""
+    def ask(self, msg: dict, inputs: list | tuple = (), reply_bytes: int = 0) -> tuple[dict, int | None]:
+        """Send a request (its input tensors in a memfd, and a reply buffer of `reply_bytes` when the answer holds
+        tensors); the reply and that buffer. CandidateGone when the process does not answer in time."""
+        fds = [wire.tensor_file(inputs)] if inputs else []
+        reply_fd = wire.reply_buffer(reply_bytes) if reply_bytes else None
         try:
-            wire.send(self.sock, msg, tensors)
-            reply, fd = wire.recv(self.sock, self.deadline)
+            wire.send(self.sock, msg, fds + ([reply_fd] if reply_fd is not None else []))
+            reply, extra = wire.recv(self.sock, self.deadline)
+            wire.close(extra)
         except (wire.WireError, OSError) as err:
+            wire.close([reply_fd])
             raise self._gone(str(err)) from None
-        found = reply.get("violations", [])
-        if isinstance(found, list):
-            self.violations += [str(v)[:200] for v in found[:20] if str(v) not in self.violations]
-        return reply, fd
+        finally:
+            wire.close(fds)
+        self.drain(replied=True)
+        return reply, reply_fd
+
+    def drain(self, replied: bool = False) -> None:
+        """Read what the report pipe holds; a pipe closed by a process that still answers is itself a verdict."""
+        while select.select([self.report], [], [], 0)[0]:
+            chunk = os.read(self.report, 1 << 16)
+            if not chunk:
+                if replied:
+                    self._note("audit_evasion:the report channel was closed")
+                os.close(self.report)
+                self.report = os.open(os.devnull, os.O_RDONLY | os.O_NONBLOCK)  # read as empty from now on
+                return
+            self._report_buf += chunk
+            *lines, self._report_buf = self._report_buf.split(b"\n")
+            for line in lines:
+                self._note(line.decode(errors="replace"))
+
+    def _note(self, code: str) -> None:
+        if code and code not in self.violations and len(self.violations) < 40:
+            self.violations.append(code[:300])
+
+    def extend(self, seconds: float) -> None:
+        """Time spent waiting for the GPU is not the candidate's: its deadline moves by as much."""
+        self.deadline += seconds
 
     def _gone(self, why: str) -> CandidateGone:
         if why == "timeout":
@@ -132,12 +169,14 @@ class CandidateProcess:
             os.close(self.lifeline)
             self.lifeline = -1
         ended = self.status_message(30.0)
+        self.drain()
         return None if ended is None else ended.get("exit")
 
     def close(self) -> None:
         self.end()
         self.sock.close()
         os.close(self.status)
+        os.close(self.report)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -153,18 +192,24 @@ def triton_functions(code: str) -> set[str]:
     return names
 
 
-def compare(out: list, ref: list, tolerance: dict[str, float], atol: float | None, rtol: float | None) -> tuple[str, float | None]:
+def tolerances(cfg: EvalConfig, task: ModuleType, ref: list) -> tuple[list[float], list[float]]:
+    """(atol, rtol) of each reference output: per dtype, the task's own, or the config's override for all."""
+    table = {**cfg.tolerances, **getattr(task, "TOLERANCES", {})}
+    per = [table.get(str(r.dtype).removeprefix("torch."), 0.0) for r in ref]
+    return ([cfg.atol if cfg.atol is not None else t for t in per],
+            [cfg.rtol if cfg.rtol is not None else t for t in per])
+
+
+def compare(out: list, ref: list, atol: list[float], rtol: list[float]) -> tuple[str, float | None]:
     """('' if `out` matches `ref` within tolerance else the mismatch, the max abs error where both are finite)."""
     if len(out) != len(ref):
         return f"returned {len(out)} outputs, expected {len(ref)}", None
     worst = 0.0
-    for o, r in zip(out, ref):
+    for o, r, a, b in zip(out, ref, atol, rtol):
         if o.shape != r.shape or o.dtype != r.dtype:
             return f"output shape/dtype {tuple(o.shape)}/{o.dtype}, expected {tuple(r.shape)}/{r.dtype}", None
         if not r.numel():
             continue
-        tol = tolerance.get(str(r.dtype).removeprefix("torch."), 0.0)
-        a, b = (atol if atol is not None else tol), (rtol if rtol is not None else tol)
         finite = torch.isfinite(r)
         lost = finite & ~torch.isfinite(o)
         if bool(lost.any()):
@@ -179,6 +224,22 @@ def compare(out: list, ref: list, tolerance: dict[str, float], atol: float | Non
 def compute_ops(names: dict[str, int] | list[str], extra_allowed: tuple[str, ...]) -> set[str]:
     allowed = GLUE_OPS | set(extra_allowed)
     return {n for n in names if n not in allowed and n.split(".")[0] not in allowed}
+
+
+def judge_clock(walls: list[float], nulls: list[list[float]]) -> tuple[float, float, float]:
+    """(the call's time on the judge's clock, its uncertainty, the null cost subtracted), in ms: the median timed
+    request less the least median of the null trials (those before the candidate's code existed, and those beside
+    its trials: a candidate can make null trials slower, never faster, so the smaller cannot flatter it), and twice
+    the standard error of that difference (the medians' errors from their interquartile ranges)."""
+    def spread(xs: list[float]) -> float:
+        if len(xs) < 4:
+            return 0.0
+        q = statistics.quantiles(xs, n=4)
+        return 1.2533 * (q[2] - q[0]) / 1.349 / math.sqrt(len(xs))
+
+    groups = [g for g in nulls if g]
+    null, errs = min((statistics.median(g), spread(g)) for g in groups)
+    return statistics.median(walls) - null, 2 * math.hypot(spread(walls), errs), null
 
 
 class Judge:
@@ -200,6 +261,7 @@ class Judge:
             torch.cuda.set_per_process_memory_fraction(self.gpu_share / 2)
         self.triton_base = self._warm_up() if self.device == "cuda" else None
         self.tasks: dict[str, ModuleType] = {}
+        self.flush: torch.Tensor | None = None
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references are true fp32
         torch.backends.cudnn.allow_tf32 = False
 
@@ -222,45 +284,32 @@ class Judge:
         return base
 
     # ---- one job --------------------------------------------------------------------------------------------
-    def run(self, job: dict) -> dict:
-        cfg = job["config"]
-        res: dict[str, Any] = {"compiled": False, "hacks": [], "error": "", "trials": 0, "trials_passed": 0,
-                               "device": self.device, "timing_available": False, "launched_kernels": [],
-                               "stage_s": {}, "torch_ops": []}
+    def run(self, job: Job) -> EvalResult:
+        cfg = job.config
+        res = EvalResult(id=job.id, task=job.task, status="error", device=self.device)
         started = clock()
         cand = None
-        alone = bool(cfg.get("alone"))  # a retry after the device ran out of memory: no other job on the GPU
-        # Each phase takes the GPU's lock as it needs it; a job that must run alone holds it all along instead.
-        turn = (lambda exclusive: _no_lock()) if alone else (lambda exclusive: self._turn(cfg, exclusive))
         try:
-            task = self._task(job["task_source"])
-            with self._turn(cfg, exclusive=True) if alone else _no_lock():
-                cand = self._spawn(cfg, alone)
-                res["containment"] = cand.layers
-                timing = self._judge(task, job, cand, res, turn)
-                if timing is not None:
-                    with turn(True) as waited:
-                        res["stage_s"]["lock_wait"] = round(waited, 4)
-                        self._time(task, job, cand, *timing, res)
+            task = self._task(job.task_source)
+            with self._turn(cfg, exclusive=True) if job.alone else _no_lock():
+                cand = self._spawn(cfg, job.alone)
+                res.containment = cand.layers
+                self._judge(task, job, cand, res)
         except CandidateGone as gone:
-            res.update(status=gone.status, error=str(gone))
-            if gone.exit_code is not None:
-                res["exit_code"] = gone.exit_code
+            res.status, res.error = gone.status, str(gone)
+            res.exit_code = gone.exit_code
         except TimeoutError as exc:  # the device lock stayed taken: the gym's fault, no verdict on the candidate
-            res.update(status="infra_error", error=str(exc))
+            res.status, res.error = "infra_error", str(exc)
         except torch.cuda.OutOfMemoryError as exc:
-            res.update(status="resource", error=f"the judge ran out of device memory: {str(exc)[:300]}")
+            res.status, res.error = "resource", f"the judge ran out of device memory: {str(exc)[:300]}"
         finally:
             if cand is not None:
-                res["hacks"] = cand.violations + res["hacks"]
                 cand.close()
-        res["hacks"] = list(dict.fromkeys(res["hacks"]))
-        if res.get("status") == "resource" and self.device == "cuda" and "device" in res["error"] and not alone:
-            res["retry_alone"] = True  # never the candidate's fault while others share the GPU: once more, alone
-        res["stage_s"]["total"] = round(clock() - started, 4)
+                res.hacks = cand.violations + res.hacks
+        res.stage_s["total"] = round(clock() - started, 4)
         if self.device == "cuda":
             torch.cuda.empty_cache()
-        return res
+        return finish(res, cfg.weights)
 
     def _task(self, source: str) -> ModuleType:
         """The task module (cached by source): the reference's code, trusted like the gym's own."""
@@ -273,23 +322,26 @@ class Judge:
             self.tasks[source] = module
         return self.tasks[source]
 
-    def _spawn(self, cfg: dict, alone: bool) -> CandidateProcess:
+    def _spawn(self, cfg: EvalConfig, alone: bool) -> CandidateProcess:
         workdir = tempfile.mkdtemp(prefix="candidate-", dir=self.root)
         mine, theirs = wire.pair()
         status_r, status_w = os.pipe()
         lifeline_r, lifeline_w = os.pipe()
+        report_r, report_w = os.pipe()
+        fcntl.fcntl(report_w, fcntl.F_SETFL, os.O_NONBLOCK)  # a full pipe ends the candidate, never blocks it
         request = {"workdir": workdir, "env": {**self.env, "TRITON_CACHE_DIR": os.path.join(workdir, "triton_cache"),
                                                "HOME": workdir, "TMPDIR": workdir},
-                   "device": self.device, "memory_mb": cfg["memory_limit_mb"], "cpu_s": cfg["cpu_limit_s"],
-                   "flush_mb": cfg["l2_flush_mb"], "extra_allowed_ops": list(cfg["extra_allowed_ops"]),
-                   "triton_base": self.triton_base, "gpu_fraction": 0.9 if alone else self.gpu_share / 2}
+                   "device": self.device, "memory_mb": cfg.memory_limit_mb, "cpu_s": cfg.cpu_limit_s,
+                   "extra_allowed_ops": list(cfg.extra_allowed_ops), "triton_base": self.triton_base,
+                   "gpu_fraction": 0.9 if alone else self.gpu_share / 2}
         try:
-            socket.send_fds(self.zygote, [json.dumps(request).encode()], [theirs.fileno(), status_w, lifeline_r])
+            socket.send_fds(self.zygote, [json.dumps(request).encode()],
+                            [theirs.fileno(), status_w, lifeline_r, report_w])
         finally:
             theirs.close()
-            os.close(status_w)
-            os.close(lifeline_r)
-        cand = CandidateProcess(mine, status_r, lifeline_w, workdir, deadline=time.monotonic() + cfg["timeout_s"])
+            for fd in (status_w, lifeline_r, report_w):
+                os.close(fd)
+        cand = CandidateProcess(mine, status_r, lifeline_w, report_r, workdir, deadline=time.monotonic() + cfg.timeout_s)
         started = cand.status_message(60.0)
         if started is None:
             cand.close()
@@ -301,103 +353,113 @@ class Judge:
     @staticmethod
     def _ready(cand: CandidateProcess) -> dict:
         try:
-            msg, fd = wire.recv(cand.sock, cand.deadline)
+            msg, fds = wire.recv(cand.sock, cand.deadline)
         except wire.WireError as err:
             raise cand._gone(str(err)) from None
-        _close(fd)
+        wire.close(fds)
         if not msg.get("ready"):
             raise CandidateGone("error", "the candidate process did not start")
         return msg
 
-    def _judge(self, task: ModuleType, job: dict, cand: CandidateProcess, res: dict, turn) -> tuple | None:
-        """Calibration (GPU), load and correctness; what timing needs when it is due (GPU, correct), else None.
-        `turn(exclusive)` takes the GPU's lock for a phase."""
-        cfg = job["config"]
-        size, dev = cfg["size"], self.device
-        fixed = cfg.get("seed")
+    def _turn(self, cfg: EvalConfig, exclusive: bool):
+        """The GPU's lock: shared while loading and checking (others may do the same), exclusive while staging,
+        calibrating, timing and profiling, and for a retry that must run alone (yielding the seconds waited)."""
+        if self.lock is None:
+            return _no_lock()
+        return self.lock.hold(timeout_s=cfg.timeout_s) if exclusive else self.lock.share()
+
+    def _judge(self, task: ModuleType, job: Job, cand: CandidateProcess, res: EvalResult) -> None:
+        cfg, dev = job.config, self.device
+        fixed = cfg.seed
         init_seed, input_seed = (fixed, fixed + 1) if fixed is not None else (secrets.randbits(31), secrets.randbits(31))
         lap = clock()
-        init = draw_inputs(task, size, init_seed, dev, "get_init_inputs")
+        init = draw_inputs(task, cfg.size, init_seed, dev, "get_init_inputs")
         torch.manual_seed(init_seed)
         ref = task.Model(*init).to(dev).eval()
         baseline_threads = cand.threads()
-        calibration: list[float] = []
-        if dev == "cuda":  # before the candidate's code exists in its process, and with the GPU to itself
-            with turn(True):
-                calibration = self._calibrate(cand, task, job, input_seed)
-        with turn(False):
-            return self._check(task, job, cand, res, ref, init, init_seed, input_seed, baseline_threads, calibration,
-                               lap)
 
-    def _check(self, task: ModuleType, job: dict, cand: CandidateProcess, res: dict, ref: Any, init: list,
-               init_seed: int, input_seed: int, baseline_threads: int | None, calibration: list[float],
-               lap: float) -> tuple | None:
-        cfg = job["config"]
-        size, dev = cfg["size"], self.device
+        def phase(exclusive: bool):  # a job that runs alone already holds the GPU for all of them
+            return _no_lock() if job.alone else self._turn(cfg, exclusive)
+
+        bench = None
+        if dev == "cuda":  # before the candidate's code exists in its process
+            with phase(True) as waited:
+                cand.extend(waited)
+                bench = Bench(self, task, job, cand, ref, input_seed)
+                bench.calibrate()
+        with phase(False) as waited:
+            cand.extend(waited)
+            if not self._check(task, job, cand, res, ref, init, init_seed, input_seed, baseline_threads):
+                return
+        lap = _lap(res, "check", lap)
+        if bench is None:
+            return
+        with phase(True) as waited:
+            cand.extend(waited)
+            res.stage_s["lock_wait"] = round(waited, 4)
+            bench.measure(res)
+        _lap(res, "time", lap)
+
+    def _check(self, task: ModuleType, job: Job, cand: CandidateProcess, res: EvalResult, ref: Any, init: list,
+               init_seed: int, input_seed: int, baseline_threads: int | None) -> bool:
+        """Load and correctness; True when the candidate is correct so far."""
+        cfg, size, dev = job.config, job.config.size, self.device
+        lap = clock()
         items, tensors = wire.encode(init)
-        reply, fd = cand.ask({"op": "load", "code": job["candidate_code"], "init": items, "init_seed": init_seed,
-                              "max_bytes": _nbytes(tensors)}, tensors)
-        _close(fd)
+        reply, fd = cand.ask({"op": "load", "code": job.code, "init": items, "init_seed": init_seed,
+                              "max_bytes": wire.nbytes(tensors)}, tensors)
         if "error" in reply:
             self._failed(reply, res)
-            return None
-        res["compiled"] = True
-        lap = _lap(res, "load", lap)
-
-        tolerance = {**cfg["tolerances"], **getattr(task, "TOLERANCES", {})}
-        calls = cfg["correct_trials"]
+            return False
+        res.compiled = True
+        _lap(res, "load", lap)
+        calls = cfg.correct_trials
         for trial in range(calls + 2):  # then the last call's tensors refilled (a cache goes stale), then grad mode
-            grad, refill = trial == calls + 1, trial == calls
+            grad, refilled = trial == calls + 1, trial == calls
             inputs = draw_inputs(task, size, input_seed + trial, dev)
             with torch.no_grad():
                 expected = _flat(ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
-            reply, outputs = self._call(cand, inputs, grad, expected, refill)
+            atol, rtol = tolerances(cfg, task, expected)
+            reply, outputs = self._call(cand, inputs, grad, expected, refilled)
             self._observe(reply, grad, cfg, res)
             if "error" in reply:
                 self._failed(reply, res)
-                return
-            if res["hacks"]:
-                return
+                return False
+            if res.hacks or cand.violations:
+                return False
             if outputs is None:
-                res["error"] = f"trial {trial}: {reply['mismatch']}"
-                return
-            mismatch, err = compare(outputs, expected, tolerance, cfg.get("atol"), cfg.get("rtol"))
-            res["max_abs_err"] = err if err is None else max(err, res.get("max_abs_err") or 0.0)
-            if refill and mismatch:
-                res["hacks"].append("output_cache")  # right on fresh tensors, stale on refilled ones
-                return
+                res.status = "incorrect"
+                res.error = f"trial {trial}: {reply.get('mismatch', 'an output is not a plain tensor')}"
+                return False
+            mismatch, err = compare(outputs, expected, atol, rtol)
+            res.max_abs_err = err if err is None else max(err, res.max_abs_err or 0.0)
+            if refilled and mismatch:
+                res.hacks.append("output_cache")  # right on fresh tensors, stale on refilled ones
+                return False
             if trial < calls:
-                res["trials"] = trial + 1
+                res.trials = trial + 1
             if mismatch:
-                res["error"] = f"{'grad-mode call' if grad else f'trial {trial}'}: {mismatch}"
-                return
+                res.status = "incorrect"
+                res.error = f"{'grad-mode call' if grad else f'trial {trial}'}: {mismatch}"
+                return False
             if trial < calls:
-                res["trials_passed"] = trial + 1
+                res.trials_passed = trial + 1
         threads = cand.threads()
         if baseline_threads and threads and threads > baseline_threads:
-            res["hacks"].append(f"concurrency:threads {baseline_threads}->{threads}")
-            return
-        if cfg.get("strict") and res["torch_ops"]:
-            res["hacks"].append("torch_compute:" + ",".join(res["torch_ops"]))
-            return
-        res["correct"] = True
-        lap = _lap(res, "check", lap)
-        return (ref, calibration, input_seed, lap) if dev == "cuda" else None
+            res.hacks.append(f"concurrency:threads {baseline_threads}->{threads}")
+            return False
+        if cfg.strict and res.torch_ops:
+            res.hacks.append("torch_compute:" + ",".join(res.torch_ops))
+            return False
+        res.status = "ok"
+        return True
 
-    def _turn(self, cfg: dict, exclusive: bool):
-        """The GPU's lock: shared while loading and checking (others may do the same), exclusive while calibrating,
-        timing, and for a retry that must run alone (yielding the seconds waited)."""
-        if self.lock is None:
-            return _no_lock()
-        return self.lock.hold(timeout_s=cfg["timeout_s"]) if exclusive else self.lock.share()
-
-    # ---- correctness calls ------------------------------------------------------------------------------------
     def _call(self, cand: CandidateProcess, inputs: list, grad: bool, expected: list,
-              refill: bool) -> tuple[dict, list | None]:
+              refilled: bool) -> tuple[dict, list | None]:
         items, tensors = wire.encode(inputs)
-        budget = MAX_OUTPUT_FACTOR * _nbytes(expected) + (1 << 20)
-        reply, fd = cand.ask({"op": "call", "inputs": items, "grad": grad, "refill": refill,
-                              "max_bytes": _nbytes(tensors)}, tensors)
+        budget = MAX_OUTPUT_FACTOR * wire.nbytes(expected) + (1 << 20)
+        reply, fd = cand.ask({"op": "call", "inputs": items, "grad": grad, "refill": refilled,
+                              "max_bytes": wire.nbytes(tensors)}, tensors, reply_bytes=budget)
         try:
             if "error" in reply or "outputs" not in reply:
                 return reply, None
@@ -406,186 +468,181 @@ class Judge:
             except wire.WireError as err:
                 return {**reply, "mismatch": f"unusable outputs ({err})"}, None
         finally:
-            _close(fd)
+            wire.close([fd])
 
     @staticmethod
-    def _observe(reply: dict, grad: bool, cfg: dict, res: dict) -> None:
+    def _observe(reply: dict, grad: bool, cfg: EvalConfig, res: EvalResult) -> None:
         """Verdicts from what the candidate process reports of a call (each can only count against it)."""
         if reply.get("exit_call"):
-            res["hacks"].append("exit_call:SystemExit")
+            res.hacks.append("exit_call:SystemExit")
         if "error" in reply:
             return
         for kind in reply.get("types", []):
             if kind != "torch.Tensor":
-                res["hacks"].append(f"output_type:{kind} (must be exactly torch.Tensor)")
+                res.hacks.append(f"output_type:{kind} (must be exactly torch.Tensor)")
         if reply.get("mutated"):
-            res["hacks"].append("input_mutation")
-        launches = reply.get("launches", [])
-        res["launched_kernels"] = sorted(set(res["launched_kernels"]) | set(launches))
+            res.hacks.append("input_mutation")
+        launches = [str(n) for n in reply.get("launches", [])]
+        res.launched_kernels = sorted(set(res.launched_kernels) | set(launches))
         if not launches:
-            res["hacks"].append(f"decoy:no triton launch under {'grad' if grad else 'no-grad'}")
-        extra = tuple(cfg["extra_allowed_ops"])
+            res.hacks.append(f"decoy:no triton launch under {'grad' if grad else 'no-grad'}")
+        extra = tuple(cfg.extra_allowed_ops)
         seen, audited = compute_ops(reply.get("ops", {}), extra), compute_ops(reply.get("audit_ops", []), extra)
         if seen and not audited:  # the profiler saw torch compute that the dispatch audit was kept from seeing
-            res["hacks"].append("audit_evasion:" + ",".join(sorted(seen)[:8]))
-        res["torch_ops"] = sorted(set(res["torch_ops"]) | seen | audited)
+            res.hacks.append("audit_evasion:" + ",".join(sorted(seen)[:8]))
+        res.torch_ops = sorted(set(res.torch_ops) | seen | audited)
 
     @staticmethod
-    def _failed(reply: dict, res: dict) -> None:
-        res["error"] = str(reply.get("error", ""))[:4000]
+    def _failed(reply: dict, res: EvalResult) -> None:
+        res.error = str(reply.get("error", ""))[:4000]
         if reply.get("exit_call"):
-            res["hacks"].append("exit_call:SystemExit")
-        if any(sign in res["error"] for sign in OUT_OF_MEMORY):
-            res["status"] = "resource"
-            where = "device" if "CUDA" in res["error"] else "host"
-            res["error"] = f"{where} memory limit exceeded: " + res["error"]
+            res.hacks.append("exit_call:SystemExit")
+        if any(sign in res.error for sign in OUT_OF_MEMORY):
+            res.status = "resource"
+            where = "device" if "CUDA" in res.error else "host"
+            res.error = f"{where} memory limit exceeded: " + res.error
 
-    # ---- timing ---------------------------------------------------------------------------------------------
-    def _calibrate(self, cand: CandidateProcess, task: ModuleType, job: dict, input_seed: int) -> list[float]:
-        """Round trip minus reported time of no-op trials (ms): what the process adds around a timed call."""
-        cfg = job["config"]
-        sets = self._sets(cfg)
-        reply, fd = cand.ask({"op": "stage", "task_source": job["task_source"], "size": cfg["size"],
-                              "seeds": [input_seed + 100 + k for k in range(sets)]})
-        _close(fd)
+
+class Bench:
+    """The timing of one candidate against its reference on the GPU: the same procedure on both sides, trials
+    interleaved, the candidate's measured on the judge's clock (module docstring, step 5)."""
+
+    def __init__(self, judge: Judge, task: ModuleType, job: Job, cand: CandidateProcess, ref: Any,
+                 input_seed: int) -> None:
+        self.judge, self.task, self.job, self.cand, self.ref = judge, task, job, cand, ref
+        cfg = job.config
+        self.size, self.dev = cfg.size, judge.device
+        seeds = [input_seed + 100 + k for k in range(max(1, cfg.input_sets))]
+        self.sets = [draw_inputs(task, self.size, s, self.dev) for s in seeds]  # the reference's own copies
+        with torch.no_grad():
+            outputs = _flat(ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in self.sets[0]]))
+        self.atol, self.rtol = tolerances(cfg, task, outputs)
+        specs = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outputs]
+        if judge.flush is None or judge.flush.numel() != cfg.l2_flush_mb << 18:
+            judge.flush = torch.empty(cfg.l2_flush_mb << 18, dtype=torch.int32, device="cuda") \
+                if cfg.l2_flush_mb else None
+        reply, _ = cand.ask({"op": "stage", "task_source": job.task_source, "size": self.size, "seeds": seeds,
+                             "outputs": specs})
         if "error" in reply:
             raise CandidateGone("infra_error", f"staging the timing inputs failed: {reply['error'][:500]}")
-        overheads = []
-        for i in range(CALIBRATION_TRIALS):
-            ms, wall = self._trial(cand, {"op": "trial", "set": i % sets, "seed": secrets.randbits(31), "null": True})
-            overheads.append(wall - ms)
-        return overheads[1:]  # the first pays one-time costs
+        self.nulls_before: list[float] = []
+        self.host_ms: list[float] = []
 
-    @staticmethod
-    def _sets(cfg: dict) -> int:
-        return max(1, cfg["input_sets"])
+    def _flush(self) -> None:
+        if self.judge.flush is not None:
+            self.judge.flush.zero_()
+        torch.cuda.synchronize()
 
-    @staticmethod
-    def _trial(cand: CandidateProcess, msg: dict) -> tuple[float, float]:
-        """(reported ms, judge's round trip ms) of one timing request."""
+    def _trial(self, k: int, null: bool = False) -> tuple[float, float, float, int, int]:
+        """One candidate trial: (reported ms, the judge's ms around the request, fingerprint, seed, key); the host
+        time the process reports for its call is kept for the record (`timing_check`), never used."""
+        seed, key = secrets.randbits(31), secrets.randbits(31)
+        self._flush()
         sent = time.perf_counter()
-        reply, fd = cand.ask(msg)
+        reply, _ = self.cand.ask({"op": "trial", "set": k, "seed": seed, "key": key, "null": null})
         wall = (time.perf_counter() - sent) * 1e3
-        _close(fd)
         if "error" in reply:
             raise CandidateGone("error", str(reply["error"])[:4000])
-        ms = reply.get("ms")
-        if not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms < 0:
-            raise CandidateGone("error", f"a timing reply without a time: {str(reply)[:200]}")
-        return float(ms), wall
+        ms, fingerprint = reply.get("ms"), reply.get("fingerprint")
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (ms, fingerprint)) or ms < 0:
+            raise CandidateGone("error", f"a timing reply without a time and a fingerprint: {str(reply)[:200]}")
+        host = reply.get("host_ms")
+        if not null and isinstance(host, (int, float)) and math.isfinite(host):
+            self.host_ms.append(float(host))
+        return float(ms), wall, float(fingerprint), seed, key
 
-    def _time(self, task: ModuleType, job: dict, cand: CandidateProcess, ref: Any, calibration: list[float],
-              input_seed: int, lap: float, res: dict) -> None:
-        cfg = job["config"]
-        measured = self._measure(task, job, cand, ref, calibration, res)
-        if measured is None:
+    def _reference(self, fn: Any, k: int, seed: int, key: int | None) -> tuple[float, float, float]:
+        """The same trial of `fn` here: (ms, its fingerprint under `key`, the fingerprint's tolerance)."""
+        inputs = self.sets[k]
+        self._flush()
+        refill(inputs, draw_inputs(self.task, self.size, seed, self.dev))
+        torch.cuda.synchronize()
+        ms, out = timed_call(fn, inputs, torch.cuda.Event, torch.cuda.synchronize)
+        if key is None:
+            return ms, 0.0, 0.0
+        outputs = _flat(out)
+        fingerprint, weights = projection(outputs, key, self.dev)
+        return ms, fingerprint, projection_tolerance(outputs, weights, self.atol, self.rtol)
+
+    def calibrate(self) -> None:
+        """Null trials before the candidate's code exists: the least a timed request costs, on this clock."""
+        walls = [self._trial(i % len(self.sets), null=True)[1] for i in range(CALIBRATION_TRIALS)]
+        self.nulls_before = walls[1:]  # the first pays one-time costs
+
+    def measure(self, res: EvalResult) -> None:
+        cfg = self.job.config
+        timed = self._timed(res)
+        if timed is None:
             return
-        kernel_ms, iqr, ref_ms, coverage = measured
-        if ref_ms / kernel_ms > cfg["suspicious_speedup"]:  # measure again; keep the less flattering one
-            again = self._measure(task, job, cand, ref, calibration, res)
+        if timed[0] > 0 and timed[1] / timed[0] > cfg.suspicious_speedup:  # measure again; keep the less flattering
+            again = self._timed(res)
             if again is None:
                 return
-            if again[2] / again[0] < ref_ms / kernel_ms:
-                kernel_ms, iqr, ref_ms, coverage = again
-        res.update(timing_available=True, kernel_ms=kernel_ms, kernel_iqr_ms=iqr, ref_ms=ref_ms,
-                   speedup=ref_ms / kernel_ms, coverage=coverage)
-        if cfg["compile_reference"]:
-            compiled = torch.compile(ref)
-            res["ref_compile_ms"] = self._time_here(task, cfg, compiled)[0]
-        _lap(res, "time", lap)
+            if again[1] / again[0] < timed[1] / timed[0]:
+                timed = again
+        kernel_ms, ref_ms, iqr, check = timed
+        res.timing_available, res.kernel_ms, res.ref_ms, res.kernel_iqr_ms = True, kernel_ms, ref_ms, iqr
+        res.speedup, res.timing_check = ref_ms / kernel_ms, check
+        res.coverage = self._coverage(res)
+        if cfg.compile_reference:
+            compiled = torch.compile(self.ref)
+            res.ref_compile_ms = statistics.median(
+                self._reference(compiled, i % len(self.sets), secrets.randbits(31), None)[0]
+                for i in range(cfg.warmup + cfg.timing_trials))
 
-    def _measure(self, task: ModuleType, job: dict, cand: CandidateProcess, ref: Any, calibration: list[float],
-                 res: dict) -> tuple[float, float, float, float] | None:
-        """(kernel ms, its IQR, reference ms, coverage) of one timing pass, or None after a verdict."""
-        cfg = job["config"]
-        sets = self._sets(cfg)
-        reply, fd = cand.ask({"op": "profile", "start": True})
-        _close(fd)
-        last_seed: dict[int, int] = {}
-        times, walls = [], []
-        for i in range(cfg["warmup"] + cfg["timing_trials"]):
-            seed = secrets.randbits(31)
-            ms, wall = self._trial(cand, {"op": "trial", "set": i % sets, "seed": seed})
-            last_seed[i % sets] = seed
-            if i >= cfg["warmup"]:
-                times.append(ms)
-                walls.append(wall)
-        expected = []
-        with torch.no_grad():
-            for k in range(sets):
-                expected += _flat(ref(*draw_inputs(task, cfg["size"], last_seed[k], self.device)))
-        budget = MAX_OUTPUT_FACTOR * _nbytes(expected) + (1 << 20)
-        reply, fd = cand.ask({"op": "profile", "stop": True})
-        try:
-            if "error" in reply or "outputs" not in reply:
-                res["hacks"].append("output_cache")  # the timed calls' outputs are missing or not tensors
-                res["correct"] = False
+    def _timed(self, res: EvalResult) -> tuple[float, float, float, dict] | None:
+        """(credited kernel ms, reference ms, IQR of the judge's per-trial ms, the clock check), or None after a
+        verdict. Reference and candidate trials alternate, on the same seeds."""
+        cfg = self.job.config
+        reported, walls, ref_times, nulls_after = [], [], [], []
+        self.host_ms = []
+        for i in range(cfg.warmup + cfg.timing_trials):
+            k = i % len(self.sets)
+            ms, wall, fingerprint, seed, key = self._trial(k)
+            ref_ms, expected, tolerance = self._reference(self.ref, k, seed, key)
+            if abs(fingerprint - expected) > tolerance:
+                res.hacks.append("output_cache")  # a timed call's output is not the one its own inputs give
+                res.status, res.error = "incorrect", (f"timed trial {i}: the outputs' fingerprint is off by "
+                                                      f"{abs(fingerprint - expected):.3g} (tolerance {tolerance:.3g})")
                 return None
-            try:
-                outputs = wire.decode(reply["outputs"], fd, budget, self.device)
-            except wire.WireError:
-                outputs = []
-        finally:
-            _close(fd)
-        tolerance = {**cfg["tolerances"], **getattr(task, "TOLERANCES", {})}
-        if compare(outputs, expected, tolerance, cfg.get("atol"), cfg.get("rtol"))[0]:
-            res["hacks"].append("output_cache")  # the timed calls returned what an earlier call computed
-            res["correct"] = False
-            return None
-        kernel_ms = statistics.median(times)
-        overhead_hi = max(calibration) if calibration else 0.0
-        judge_floor = statistics.median(walls) - overhead_hi  # the least the call can have taken, on our clock
-        slack = 0.05 + 0.1 * overhead_hi
-        res["timing_check"] = {"reported_ms": round(kernel_ms, 5), "round_trip_ms": round(statistics.median(walls), 5),
-                               "calibrated_overhead_ms": round(overhead_hi, 5)}
-        if kernel_ms < judge_floor - slack:
-            res["hacks"].append(f"timing_forgery:reported {kernel_ms:.4g} ms, the judge's clock bounds the call "
-                                f"below by {judge_floor:.4g} ms")
-            res["correct"] = False
-            return None
-        kernel_ms = max(kernel_ms, judge_floor)  # within the slack, credit no more than the clock allows
-        coverage = self._coverage(job, reply, times, res)
-        if coverage is None:
-            return None
-        q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
-        ref_ms = self._time_here(task, cfg, ref)[0]
-        return kernel_ms, q[2] - q[0], ref_ms, coverage
+            if i >= cfg.warmup:
+                reported.append(ms)
+                walls.append(wall)
+                ref_times.append(ref_ms)
+                if len(walls) % NULL_EVERY == 0:
+                    nulls_after.append(self._trial(k, null=True)[1])
+        judged, margin, null = judge_clock(walls, [self.nulls_before, nulls_after])
+        event = statistics.median(reported)
+        credited = max(event, judged - margin)  # what the candidate's process reports can only lengthen it
+        check = {"reported_ms": round(event, 5), "judge_ms": round(judged, 5), "margin_ms": round(margin, 5),
+                 "null_ms": round(null, 5), "credited_ms": round(credited, 5),
+                 "reported_host_ms": round(statistics.median(self.host_ms[cfg.warmup:] or [0.0]), 5)}
+        per_trial = [w - null for w in walls]
+        q = statistics.quantiles(per_trial, n=4) if len(per_trial) > 1 else [per_trial[0]] * 3
+        return max(credited, 1e-6), statistics.median(ref_times), q[2] - q[0], check
 
-    def _coverage(self, job: dict, profile: dict, times: list[float], res: dict) -> float | None:
-        """Share of the timed calls' device time in the candidate's own Triton kernels; None after a verdict."""
-        source_kernels = triton_functions(job["candidate_code"])
-        launched = {n for n in profile.get("launches", []) if n in source_kernels}
-        kernels = {str(k): float(v) for k, v in profile.get("kernels", {}).items() if isinstance(v, (int, float))}
+    def _coverage(self, res: EvalResult) -> float | None:
+        """Share of the profiled calls' device time in kernels named exactly as the source's @triton.jit functions
+        (the candidate process's claim: it can lower the reward only); None after a verdict."""
+        cfg = self.job.config
+        sent = time.perf_counter()
+        profile, _ = self.cand.ask({"op": "profile", "set": 0, "calls": cfg.profile_calls})
+        wall_us = (time.perf_counter() - sent) * 1e6
+        if "error" in profile:
+            raise CandidateGone("error", str(profile["error"])[:4000])
+        kernels = {str(k): float(v) for k, v in profile.get("kernels", {}).items()
+                   if isinstance(v, (int, float)) and math.isfinite(v) and v >= 0}
         total = sum(kernels.values())
-        mine = sum(us for name, us in kernels.items() if any(n in name for n in launched))
-        per_call_us = total / max(1, len(times) + job["config"]["warmup"])
-        if per_call_us > 1e3 * max(times) + 50:  # the profile claims more device time than the calls took
-            res["hacks"].append("timing_forgery:profile")
-            res["correct"] = False
+        if total > PROFILE_SLACK * wall_us + 1000:  # the profile claims more device time than the calls took
+            res.hacks.append("timing_forgery:profile")
             return None
-        if not launched or mine <= 0:
-            res["hacks"].append("decoy:no triton kernel in the timed calls")
-            res["correct"] = False
+        source = triton_functions(self.job.code)
+        mine = sum(us for name, us in kernels.items() if name in source)
+        if mine <= 0:
+            res.hacks.append("decoy:no triton kernel in the profiled calls")
             return None
-        res["torch_ops"] = sorted(set(res["torch_ops"]) | compute_ops(profile.get("ops", {}),
-                                                                       tuple(job["config"]["extra_allowed_ops"])))
+        res.torch_ops = sorted(set(res.torch_ops) | compute_ops(profile.get("ops", {}), tuple(cfg.extra_allowed_ops)))
         return mine / total
-
-    def _time_here(self, task: ModuleType, cfg: dict, fn: Any) -> tuple[float, float]:
-        """(median ms, IQR) of `fn` in this process: the same trial procedure the candidate's calls get."""
-        from torch.profiler import ProfilerActivity, profile
-
-        sets = [draw_inputs(task, cfg["size"], secrets.randbits(31), self.device) for _ in range(self._sets(cfg))]
-        flush = torch.empty(cfg["l2_flush_mb"] << 18, dtype=torch.int32, device="cuda") if cfg["l2_flush_mb"] else None
-        times = []
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):  # as the candidate's timed calls
-            for i in range(cfg["warmup"] + cfg["timing_trials"]):
-                fresh = draw_inputs(task, cfg["size"], secrets.randbits(31), self.device)
-                ms, _ = timed_trial(fn, sets[i % len(sets)], fresh, flush, torch.cuda.Event, torch.cuda.synchronize)
-                if i >= cfg["warmup"]:
-                    times.append(ms)
-        q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
-        return statistics.median(times), q[2] - q[0]
 
 
 class _no_lock:
@@ -600,18 +657,9 @@ def _flat(out: Any) -> list:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def _nbytes(values: list) -> int:
-    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
-
-
-def _close(fd: int | None) -> None:
-    if fd is not None:
-        os.close(fd)
-
-
-def _lap(res: dict, stage: str, since: float) -> float:
+def _lap(res: EvalResult, stage: str, since: float) -> float:
     now = clock()
-    res["stage_s"][stage] = round(now - since, 4)
+    res.stage_s[stage] = round(now - since, 4)
     return now
 
 
@@ -630,16 +678,31 @@ def serve(pool: socket.socket, zygote: socket.socket, config: dict) -> None:
     wire.send(pool, {"ready": os.getpid(), "device": judge.device})
     while True:
         try:
-            job, fd = wire.recv(pool, deadline=float("inf"))
+            msg, fds = wire.recv(pool, deadline=float("inf"))
         except wire.WireError:
             return
-        _close(fd)
+        wire.close(fds)
+        nonce = msg.pop("nonce", None)
+        try:
+            job = Job.from_dict(msg)
+        except (TypeError, ValueError) as exc:
+            wire.send(pool, {"nonce": nonce, "error": f"not a job: {exc}"[:500]})
+            continue
         try:
             result = judge.run(job)
-        except Exception:  # noqa: BLE001 - the gym failed, not the candidate: the pool retries
-            result = {"status": "infra_error", "error": traceback.format_exc()[-3000:]}
-        result["nonce"] = job.get("nonce")
-        wire.send(pool, _finite(result))
+        except Exception as exc:  # noqa: BLE001 - the gym failed, not the candidate: the pool retries
+            result = EvalResult(id=job.id, task=job.task, status="infra_error", device=judge.device,
+                                error=one_line(exc))
+        wire.send(pool, {"nonce": nonce, "result": _finite(result.to_dict())})
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as its type, message and the line that raised it: what a user needs, not a traceback."""
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    where = f" ({os.path.basename(frame.tb_frame.f_code.co_filename)}:{frame.tb_lineno})" if frame else ""
+    return f"{type(exc).__name__}: {str(exc)[:500]}{where}"
 
 
 def _finite(obj: Any) -> Any:

@@ -9,6 +9,7 @@ crashes, hangs or attacks gets its own verdict from its judge and costs nothing 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -25,10 +26,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from . import wire
+from .config import Job
 from .containment import scrubbed_env
+from .result import EvalResult
 
 STARTUP_TIMEOUT_S = 300.0
 JUDGE_MARGIN_S = 120.0  # beyond a job's candidate timeout: the reference's own work and timing
+GPU_TURNS = 3  # a judge may wait up to a timeout for the GPU's lock in each of its phases (its candidate's clock stops)
 
 
 class InfraError(RuntimeError):
@@ -57,7 +61,7 @@ class Zygote:
         self.sock, child = socket.socketpair()
         with open(os.path.join(workdir, "zygote.log"), "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-m", "proxycomp.gym_bridge.zygote", str(child.fileno())],
+                [sys.executable, "-I", "-B", "-m", "proxycomp.gym_bridge.zygote", str(child.fileno())],
                 cwd=workdir, env=gym_env(workdir), pass_fds=(child.fileno(),),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             )
@@ -117,28 +121,29 @@ class JudgeProcess:
         if self.pid is not None:
             return
         try:
-            msg, fd = wire.recv(self.sock, _deadline(STARTUP_TIMEOUT_S))
+            msg, fds = wire.recv(self.sock, _deadline(STARTUP_TIMEOUT_S))
         except wire.WireError as err:
             raise InfraError(f"a judge process did not start ({err})") from None
-        if fd is not None:
-            os.close(fd)
+        wire.close(fds)
         self.pid = msg.get("ready")
         if not isinstance(self.pid, int):
             raise InfraError(f"a judge process did not start: {str(msg.get('error', msg))[:300]}")
 
-    def run(self, job: dict, timeout: float) -> dict:
+    def run(self, job: Job, timeout: float) -> EvalResult:
         self.wait_ready()
-        job = dict(job, nonce=secrets.token_hex(8))
+        nonce = secrets.token_hex(8)
         try:
-            wire.send(self.sock, job)
-            result, fd = wire.recv(self.sock, _deadline(timeout + JUDGE_MARGIN_S))
+            wire.send(self.sock, {**job.to_dict(), "nonce": nonce})
+            reply, fds = wire.recv(self.sock, _deadline((1 + GPU_TURNS) * timeout + JUDGE_MARGIN_S))
         except wire.WireError as err:
             raise InfraError(f"the judge process failed ({err})") from None
-        if fd is not None:
-            os.close(fd)
-        if result.pop("nonce", None) != job["nonce"]:
+        wire.close(fds)
+        if reply.get("nonce") != nonce:
             raise InfraError("the judge answered another job")
-        return result
+        try:
+            return EvalResult.from_dict(reply["result"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise InfraError(f"the judge answered something that is not a result: {reply.get('error', err)}") from None
 
     def kill(self) -> None:
         if self.pid is not None:
@@ -212,8 +217,8 @@ class LocalPool:
         return JudgeProcess(zygote, workdir, gym_env(workdir, {"CUDA_VISIBLE_DEVICES": gpu}),
                             timing_lock_path(gpu) if gpu else None, "cuda" if gpu else "cpu", share)
 
-    def _run_one(self, job: dict) -> dict:
-        config = job["config"]
+    def _run_one(self, job: Job) -> EvalResult:
+        config = job.config
         slot = self._idle.get()
         try:
             attempt = 0
@@ -223,30 +228,29 @@ class LocalPool:
                 try:
                     if judge is None:
                         judge = self._judges[slot] = self._spawn(slot)
-                    result = judge.run(job, config["timeout_s"])
+                    result = judge.run(job, config.timeout_s)
                 except InfraError as exc:
                     if judge is not None:
                         judge.kill()
                     self._judges[slot] = None
-                    if attempt > config["retries"]:
-                        return {"status": "infra_error", "error": str(exc), "attempts": attempt}
+                    if attempt > config.retries:
+                        return EvalResult(id=job.id, task=job.task, status="infra_error", error=str(exc),
+                                          attempts=attempt)
                     continue
-                if result.get("status") == "infra_error" and attempt <= config["retries"]:
+                if result.status == "infra_error" and attempt <= config.retries:
                     continue
-                if result.pop("retry_alone", False):  # the GPU ran out of memory while shared: once more, alone
-                    job = dict(job, config={**config, "alone": True})
-                    config = job["config"]
-                    continue
-                result["attempts"] = attempt
+                if self.devices and result.status == "resource" and "device" in result.error and not job.alone:
+                    job = dataclasses.replace(job, alone=True)  # never the candidate's fault while others share
+                    continue  # the GPU: once more, with the GPU to itself
+                result.attempts = attempt
                 return result
         finally:
             self._idle.put(slot)
 
-    def run(self, jobs: list[dict], on_result: Callable[[int, dict], None] | None = None) -> list[dict]:
-        """Results in job order; each job dict carries its own config. `on_result(index, result)` is called as
-        each finishes, in finishing order."""
+    def run(self, jobs: list[Job], on_result: Callable[[int, EvalResult], None] | None = None) -> list[EvalResult]:
+        """Results in job order. `on_result(index, result)` is called as each finishes, in finishing order."""
         futures = {self._executor.submit(self._run_one, job): i for i, job in enumerate(jobs)}
-        results: list[dict] = [{}] * len(jobs)
+        results: list[EvalResult | None] = [None] * len(jobs)
         for future in as_completed(futures):
             i = futures[future]
             results[i] = future.result()

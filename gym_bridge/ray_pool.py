@@ -10,7 +10,9 @@ from collections.abc import Callable
 
 import ray
 
+from .config import Job
 from .pool import LocalPool
+from .result import EvalResult
 
 
 class _GymActor:
@@ -19,7 +21,8 @@ class _GymActor:
         self.pool = LocalPool(num_workers=1, devices=gpus[:1] or [])
 
     def run(self, job: dict) -> dict:
-        return self.pool.run([job])[0]
+        """A job and its result cross to and from the actor as dicts, typed on both sides."""
+        return self.pool.run([Job.from_dict(job)])[0].to_dict()
 
     def pid(self) -> int:
         return os.getpid()
@@ -40,9 +43,9 @@ class RayPool:
         self._remote = ray.remote(num_gpus=self.num_gpus, num_cpus=1, max_restarts=0)(_GymActor)
         self.actors = [self._remote.remote() for _ in range(self.num_actors)]
 
-    def run(self, jobs: list[dict], on_result: Callable[[int, dict], None] | None = None) -> list[dict]:
+    def run(self, jobs: list[Job], on_result: Callable[[int, EvalResult], None] | None = None) -> list[EvalResult]:
         """Results in job order; each idle actor takes the next job; `on_result(index, result)` as each finishes."""
-        results: list[dict | None] = [None] * len(jobs)
+        results: list[EvalResult | None] = [None] * len(jobs)
         attempts = [0] * len(jobs)
         todo = list(range(len(jobs)))[::-1]
         idle = list(range(self.num_actors))
@@ -51,15 +54,16 @@ class RayPool:
             while todo and idle:
                 slot, i = idle.pop(), todo.pop()
                 attempts[i] += 1
-                running[self.actors[slot].run.remote(jobs[i])] = (slot, i)
+                running[self.actors[slot].run.remote(jobs[i].to_dict())] = (slot, i)
             done, _ = ray.wait(list(running), num_returns=1)
             slot, i = running.pop(done[0])
             try:
-                results[i] = ray.get(done[0])
+                results[i] = EvalResult.from_dict(ray.get(done[0]))
             except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
                 self.actors[slot] = self._remote.remote()
-                if attempts[i] > jobs[i]["config"]["retries"]:
-                    results[i] = {"status": "infra_error", "error": f"ray actor died: {exc}", "attempts": attempts[i]}
+                if attempts[i] > jobs[i].config.retries:
+                    results[i] = EvalResult(id=jobs[i].id, task=jobs[i].task, status="infra_error",
+                                            error=f"ray actor died: {exc}", attempts=attempts[i])
                 else:
                     todo.append(i)
             if results[i] is not None and on_result is not None:

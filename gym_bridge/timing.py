@@ -1,7 +1,9 @@
-"""Timing: the inter-process GPU lock, the inputs a seed stands for, and one timing trial.
+"""Timing: the inter-process GPU lock, the inputs a seed stands for, one timed call, and the fingerprint of a timed
+call's outputs.
 
-The judge times the reference and a candidate process times the candidate with the same `timed_trial`; the
-judge's own clock around each of the candidate's trials checks what the candidate process reports (judge.py).
+The judge times the reference and a candidate process times the candidate with the same `timed_call`; the judge's
+own clock around each of the candidate's timed requests is what the reward uses, and what the candidate process
+reports can only make its time longer (judge.py).
 """
 from __future__ import annotations
 
@@ -51,11 +53,13 @@ class DeviceLock:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
-    def share(self) -> Iterator[None]:
-        """Shared hold, waiting as long as a timing takes; not re-entrant (a nested exit would release it)."""
+    def share(self) -> Iterator[float]:
+        """Shared hold, waiting as long as a timing takes (yields the seconds waited); not re-entrant (a nested exit
+        would release it)."""
+        started = clock()
         fcntl.flock(self.fd, fcntl.LOCK_SH)
         try:
-            yield
+            yield clock() - started
         finally:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
 
@@ -79,23 +83,49 @@ def _to_device(obj, device: str):
     return obj
 
 
-def timed_trial(fn: Callable, inputs: Sequence, fresh: Sequence, flush: torch.Tensor | None, event: type,
-                synchronize: Callable[[], None]) -> tuple[float, object]:
-    """One timing trial, the same in the judge (the reference) and in a candidate process: refill the inputs in place
-    with `fresh` values (same tensors, new contents: an output cached by address or shape goes stale), overwrite the
-    L2 with `flush`, synchronize the device, then CUDA events around the call and a device-wide synchronize, so work
-    the call left on other streams is counted. Returns (milliseconds, output)."""
+def refill(inputs: Sequence, fresh: Sequence) -> None:
+    """New contents in the same tensors: an output cached by address or shape goes stale."""
     for dst, src in zip(inputs, fresh):
         if isinstance(dst, torch.Tensor):
             dst.copy_(src)
-    if flush is not None:
-        flush.zero_()
+
+
+def timed_call(fn: Callable, inputs: Sequence, event: type, synchronize: Callable[[], None]) -> tuple[float, object]:
+    """One timed call, as KernelBench times one: CUDA events around the call on the current stream, then a
+    device-wide synchronize (so work left on other streams has finished before anything else runs; the judge's clock
+    around the whole request counts it). The device must be idle when it starts. Returns (milliseconds, output)."""
     start, end = event(enable_timing=True), event(enable_timing=True)
     with torch.no_grad():
-        synchronize()
         start.record()
         out = fn(*inputs)
-        synchronize()
         end.record()
-        end.synchronize()
+        synchronize()
     return start.elapsed_time(end), out
+
+
+def projection(outputs: Sequence, key: int, device: str) -> tuple[float, list[torch.Tensor]]:
+    """A fingerprint of `outputs`: their sum weighted by uniform(-1, 1) weights drawn from `key` (float64
+    accumulation). The judge asks for it with every timed call, with a key revealed only in that call's request, and
+    compares it with the reference's: the call must have computed its whole output inside the window the judge timed.
+    Returns (the fingerprint, the weights)."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(key)
+    total, weights = 0.0, []
+    for out in outputs:
+        w = torch.rand(out.shape, generator=gen, device=device, dtype=torch.float32).mul_(2).sub_(1)
+        values = torch.nan_to_num(out.detach().to(torch.float32), nan=0.0, posinf=0.0, neginf=0.0)
+        total += float(torch.sum(values * w, dtype=torch.float64))
+        weights.append(w)
+    return total, weights
+
+
+def projection_tolerance(reference: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], atol: Sequence[float],
+                         rtol: Sequence[float]) -> float:
+    """How far a fingerprint of outputs that match `reference` within (atol, rtol) elementwise can lie from the
+    reference's own: the weighted sum of each element's tolerance, plus float32 rounding of the products."""
+    bound = 0.0
+    for ref, w, a, r in zip(reference, weights, atol, rtol):
+        mag = torch.nan_to_num(ref.detach().to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0).abs()
+        aw = w.to(torch.float64).abs()
+        bound += float(torch.sum(aw * (a + r * mag))) + 2 ** -22 * float(torch.sum(aw * mag))
+    return bound + 1e-9

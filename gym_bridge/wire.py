@@ -1,13 +1,19 @@
-"""What crosses between gym processes: one JSON message per datagram, tensors as raw bytes in a memfd.
+"""What crosses between gym processes: one JSON message per datagram, tensors as raw bytes in memfds.
 
-The judge and a candidate process talk over a Unix SOCK_SEQPACKET pair: every send is one message (no framing to
-forge), bounded in size, and may carry one file descriptor (SCM_RIGHTS): an anonymous in-memory file (memfd) holding
-the message's tensors end to end. JSON, never pickle, so a message can only ever be data. The receiver checks every
-tensor's dtype, shape, offset and size against the file and its own byte budget before it maps anything, and copies
-the bytes out into tensors of its own: nothing the sender keeps can change them afterwards.
+Gym processes talk over Unix SOCK_SEQPACKET pairs: every send is one message (no framing to forge), bounded in size,
+and may carry file descriptors (SCM_RIGHTS). Tensors travel end to end in an anonymous in-memory file (memfd). JSON,
+never pickle, so a message can only ever be data.
+
+Every memfd is made by the judge, never by a candidate process: the judge writes the inputs it sends into one, and
+hands over a reply buffer of the size it will accept (`reply_buffer`), sealed so that it can neither grow nor shrink.
+A candidate process only writes into the buffer it was given (`write_into`), so its own file-size limit never caps an
+honest output, and nothing it sends can be larger than the judge asked for. The receiver checks every tensor's dtype,
+shape, offset and size against the file and its own byte budget before it maps anything, and copies the bytes out
+into tensors of its own.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import mmap
@@ -21,9 +27,11 @@ from typing import Any
 import torch
 
 MAX_MESSAGE = 1 << 18  # JSON bytes per message; error texts are cut well below it
+MAX_FDS = 2
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
     torch.int8, torch.uint8, torch.bool, torch.complex64)}
+_SEALS = fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
 
 
 class WireError(Exception):
@@ -32,6 +40,10 @@ class WireError(Exception):
 
 def pair() -> tuple[socket.socket, socket.socket]:
     return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+
+def nbytes(values: Sequence[Any]) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 # ---- values <-> (JSON, bytes) ---------------------------------------------------------------------------------
@@ -57,24 +69,47 @@ def encode(values: Sequence[Any]) -> tuple[list[dict], list[torch.Tensor]]:
     return items, tensors
 
 
-def _write(tensors: Sequence[torch.Tensor]) -> int | None:
-    """A memfd holding the tensors' bytes end to end (contiguous, on the host), or None when there are none."""
-    total = sum(t.numel() * t.element_size() for t in tensors)
-    if not tensors:
-        return None
-    fd = os.memfd_create("gym-tensors", os.MFD_CLOEXEC)
-    os.ftruncate(fd, max(total, 1))
-    if total:
-        with mmap.mmap(fd, total) as mm:
-            offset = 0
-            for t in tensors:
-                n = t.numel() * t.element_size()
-                if n:
-                    flat = t.contiguous().reshape(-1).cpu()
-                    torch.frombuffer(mm, dtype=flat.dtype, count=flat.numel(), offset=offset).copy_(flat)
-                    del flat
-                offset += n
+def _fill(fd: int, tensors: Sequence[torch.Tensor]) -> None:
+    total = nbytes(tensors)
+    if not total:
+        return
+    with mmap.mmap(fd, total) as mm:
+        offset = 0
+        for t in tensors:
+            n = t.numel() * t.element_size()
+            if n:
+                flat = t.contiguous().reshape(-1).cpu()
+                torch.frombuffer(mm, dtype=flat.dtype, count=flat.numel(), offset=offset).copy_(flat)
+                del flat
+            offset += n
+
+
+def reply_buffer(size: int) -> int:
+    """A memfd of `size` bytes (at least 1) that nobody can resize: the most a peer may answer with."""
+    fd = os.memfd_create("gym-reply", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, max(size, 1))
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
     return fd
+
+
+def tensor_file(tensors: Sequence[torch.Tensor]) -> int:
+    """A sealed memfd holding the tensors' bytes end to end (the judge's side: inputs it sends)."""
+    fd = reply_buffer(nbytes(tensors))
+    _fill(fd, tensors)
+    return fd
+
+
+def write_into(fd: int | None, values: Sequence[Any]) -> list[dict]:
+    """Write `values` into the reply buffer `fd` the judge handed over; their JSON description. WireError when they
+    do not fit (the judge sized the buffer from what an honest answer needs)."""
+    items, tensors = encode(values)
+    total = nbytes(tensors)
+    size = os.fstat(fd).st_size if fd is not None else 0
+    if total > size:
+        raise WireError(f"the outputs hold {total} bytes, more than the {size} the judge accepts")
+    if total:
+        _fill(fd, tensors)
+    return items
 
 
 def decode(items: Any, fd: int | None, max_bytes: int, device: str = "cpu") -> list[Any]:
@@ -94,11 +129,12 @@ def decode(items: Any, fd: int | None, max_bytes: int, device: str = "cpu") -> l
         dtype, shape, offset = DTYPES.get(item.get("dtype")), item.get("shape"), item.get("offset")
         if dtype is None or not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
             raise WireError(f"bad tensor description {str(item)[:200]}")
-        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-        if not isinstance(offset, int) or offset < 0 or offset + nbytes > size:
+        size_of = torch.empty((), dtype=dtype).element_size()
+        count = math.prod(shape)
+        if not isinstance(offset, int) or offset < 0 or offset % size_of or offset + count * size_of > size:
             raise WireError("a tensor lies outside its memory file")
-        specs.append((dtype, shape, offset, nbytes))
-    total = sum(s[3] for s in specs if s)
+        specs.append((dtype, shape, offset, count))
+    total = sum(s[3] * torch.empty((), dtype=s[0]).element_size() for s in specs if s)
     if total > max_bytes:
         raise WireError(f"{total} tensor bytes, more than the {max_bytes} expected")
     out: list[Any] = []
@@ -108,8 +144,7 @@ def decode(items: Any, fd: int | None, max_bytes: int, device: str = "cpu") -> l
             if spec is None:
                 out.append(item["value"])
                 continue
-            dtype, shape, offset, nbytes = spec
-            count = nbytes // torch.empty((), dtype=dtype).element_size()
+            dtype, shape, offset, count = spec
             flat = torch.frombuffer(mm, dtype=dtype, count=count, offset=offset) if count else torch.empty(0, dtype=dtype)
             out.append(flat.reshape(shape).to(device, copy=True))
             del flat
@@ -120,38 +155,38 @@ def decode(items: Any, fd: int | None, max_bytes: int, device: str = "cpu") -> l
 
 
 # ---- messages ----------------------------------------------------------------------------------------------------
-def send(sock: socket.socket, msg: dict, tensors: Sequence[torch.Tensor] = ()) -> None:
+def send(sock: socket.socket, msg: dict, fds: Sequence[int] = ()) -> None:
     data = json.dumps(msg, allow_nan=False).encode()
     if len(data) > MAX_MESSAGE:
         raise WireError(f"message of {len(data)} bytes")
-    fd = _write(tensors)
-    try:
-        socket.send_fds(sock, [data], [fd] if fd is not None else [])
-    finally:
-        if fd is not None:
-            os.close(fd)
+    socket.send_fds(sock, [data], list(fds))
 
 
-def recv(sock: socket.socket, deadline: float) -> tuple[dict, int | None]:
-    """The next message and its memfd (the caller closes it); WireError on EOF, a timeout or a malformed message."""
+def recv(sock: socket.socket, deadline: float) -> tuple[dict, list[int]]:
+    """The next message and the descriptors it carried (the caller closes them); WireError on EOF, a timeout or a
+    malformed message."""
     wait = None if deadline == float("inf") else deadline - time.monotonic()
     if wait is not None and (wait <= 0 or not select.select([sock], [], [], wait)[0]):
         raise WireError("timeout")
     try:
-        data, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE + 1, 1)
+        data, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE + 1, MAX_FDS)
     except OSError as err:
         raise WireError(f"connection lost ({err.strerror})") from None
-    fd = fds[0] if fds else None
-    if not data:
-        raise WireError("closed")
     try:
+        if not data:
+            raise WireError("closed")
         if len(data) > MAX_MESSAGE or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-            raise WireError("oversized message")
+            raise WireError("not a message (oversized)")
         msg = json.loads(data)
         if not isinstance(msg, dict):
-            raise WireError("a message must be an object")
+            raise WireError("not a message (not an object)")
     except (WireError, ValueError) as err:
+        close(fds)
+        raise WireError(str(err) if isinstance(err, WireError) else f"not a message ({err})") from None
+    return msg, fds
+
+
+def close(fds: Sequence[int | None]) -> None:
+    for fd in fds:
         if fd is not None:
             os.close(fd)
-        raise WireError(f"not a message ({err})") from None
-    return msg, fd

@@ -1,4 +1,4 @@
-"""Fork server of a pool: `python -I -m proxycomp.gym_bridge.zygote CTRL_FD`.
+"""Fork server of a pool: `python -I -B -m proxycomp.gym_bridge.zygote CTRL_FD`.
 
 Importing torch and Triton costs seconds; a candidate gets a fresh process every time, so the zygote imports
 everything once, never initialises CUDA, and forks on request:
@@ -8,8 +8,8 @@ everything once, never initialises CUDA, and forks on request:
 
 A judge gets its own request socket to the zygote when it is forked. A request carries its descriptors (SCM_RIGHTS):
 for a judge, its socket to the pool; for a candidate, its socket to the judge, the status pipe the monitor reports
-on ({"pid", "namespaces"}, then {"exit"}) and the judge's lifeline: when the judge closes it (or dies), the monitor
-kills the candidate. Every forked child closes every descriptor but its own before anything else runs.
+on ({"pid", "namespaces"}, then {"exit"}), the judge's lifeline (when the judge closes it, or dies, the monitor kills
+the candidate) and the write end of the candidate's report pipe (containment.reporter). Every forked child closes every descriptor but its own before anything else runs.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import socket
 import sys
 
 MAX_REQUEST = 1 << 16
+GYM_PACKAGE = "proxycomp"  # what a candidate process hides from name lookups once its harness is loaded
 
 
 def _keep_only(fds: list[int]) -> None:
@@ -53,7 +54,7 @@ def _run_judge(req: dict, pool_fd: int, zygote_fd: int) -> None:
     serve(socket.socket(fileno=pool_fd), socket.socket(fileno=zygote_fd), req)
 
 
-def _run_candidate(req: dict, sock_fd: int) -> None:
+def _run_candidate(req: dict, sock_fd: int, report_fd: int) -> None:
     """The candidate process: trusted set-up, containment, then the candidate's requests (candidate.serve)."""
     workdir = req["workdir"]
     _environment(req)
@@ -66,7 +67,7 @@ def _run_candidate(req: dict, sock_fd: int) -> None:
     import torch
     import triton
 
-    from . import candidate, containment
+    from . import candidate, containment, integrity
 
     cuda = req["device"] == "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 is fp32: a reference-precision comparison
@@ -76,11 +77,14 @@ def _run_candidate(req: dict, sock_fd: int) -> None:
     _warm_up(cuda)  # before containment: the profiler and the driver start their threads now
     roots, devices = containment.read_only_roots(), containment.device_files()  # read while they can be
     layers = containment.contain(workdir, roots, devices, memory_mb=req["memory_mb"], cuda=cuda, cpu_s=req["cpu_s"])
-    violations = containment.install_audit_hook(workdir, roots, devices, os.path.join(workdir, "candidate.py"),
-                                                (os.path.dirname(triton.__file__),),
-                                                tuple(os.path.dirname(m.__file__) for m in (torch, triton)))
-    candidate.serve(socket.socket(fileno=sock_fd), workdir, req["device"], req["flush_mb"],
-                    tuple(req["extra_allowed_ops"]), violations, layers + req["layers"])
+    report = containment.reporter(report_fd)
+    harness = candidate.hide(GYM_PACKAGE)
+    integrity.refuse_operator_registration(report)
+    libraries = tuple(os.path.dirname(m.__file__) for m in (torch, triton, candidate))
+    containment.install_audit_hook(workdir, roots, devices, (os.path.dirname(triton.__file__),), libraries,
+                                   (GYM_PACKAGE,), report)
+    candidate.serve(socket.socket(fileno=sock_fd), workdir, req["device"], tuple(req["extra_allowed_ops"]), report,
+                    layers + req["layers"], harness)
 
 
 def _warm_up(cuda: bool) -> None:
@@ -104,18 +108,20 @@ def _warm_up(cuda: bool) -> None:
             torch.cuda.synchronize()
 
 
-def _monitor(req: dict, sock_fd: int, status_w: int, lifeline_r: int) -> None:
+def _monitor(req: dict, sock_fd: int, status_w: int, lifeline_r: int, report_w: int) -> None:
     from . import containment
 
     os.setsid()
-    namespaces = containment.enter_namespaces(req["device"] == "cuda")
+    namespaces = containment.enter_namespaces()
     pid_namespace = "pid-namespace" in namespaces
     pid = os.fork()
     if pid == 0:
         try:
-            _keep_only([sock_fd])
-            req["layers"] = namespaces
-            _run_candidate(req, sock_fd)
+            _keep_only([sock_fd, report_w])
+            if pid_namespace and not containment.own_proc():  # CUDA would fail, and /proc would show the host's
+                raise RuntimeError("could not mount a /proc of the candidate's own PID namespace")
+            req["layers"] = namespaces + (["own-proc"] if pid_namespace else [])
+            _run_candidate(req, sock_fd, report_w)
         except BaseException:  # noqa: BLE001 - reported through the exit code and output.log
             import traceback
 
@@ -123,6 +129,7 @@ def _monitor(req: dict, sock_fd: int, status_w: int, lifeline_r: int) -> None:
         finally:
             os._exit(1)
     os.close(sock_fd)
+    os.close(report_w)
     os.write(status_w, (json.dumps({"pid": pid, "namespaces": namespaces}) + "\n").encode())
     pidfd = os.pidfd_open(pid)
     ready, _, _ = select.select([pidfd, lifeline_r], [], [])
@@ -152,6 +159,7 @@ def _fork(target, *args) -> None:
 
 
 def main(argv: list[str]) -> int:
+    sys.dont_write_bytecode = True  # -I drops PYTHONDONTWRITEBYTECODE: no process here writes beside the installs
     ctrl = socket.socket(fileno=int(argv[0]))
     import numpy  # noqa: F401 - everything a judge and a candidate import, loaded once here
     import torch
@@ -160,7 +168,7 @@ def main(argv: list[str]) -> int:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    from . import candidate, containment, judge, launch_hook, op_audit, wire  # noqa: F401
+    from . import candidate, containment, integrity, judge, launch_hook, op_audit, wire  # noqa: F401
 
     assert not torch.cuda.is_initialized(), "the zygote must not initialise CUDA: forked children could not use it"
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically
@@ -169,7 +177,7 @@ def main(argv: list[str]) -> int:
     while True:
         ready, _, _ = select.select([ctrl, *clients], [], [])
         for sock in ready:
-            msg, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 3)
+            msg, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 4)
             if not msg:
                 if sock is ctrl:
                     return 0

@@ -19,6 +19,7 @@ from proxycomp.data import CURSOR_KEY, CorpusConfig, MixingSchedule, ProxyDataMo
 from proxycomp.data.corpus import CorpusError
 from proxycomp.data.datamodule import DataStateError
 from proxycomp.gym_bridge import EvalConfig, LocalPool
+from proxycomp.gym_bridge.config import Job
 from proxycomp.gym_bridge.pool import visible_gpus
 from proxycomp.views import RawView, ViewConfig, serialize_views
 from proxycomp.vocab import RAW_OFFSET
@@ -193,12 +194,11 @@ PINNING_PROBE = "import os, time\ntime.sleep(1)\nraise RuntimeError('pinned=' + 
 def run_pinning_probe(devices: list[str]) -> list[str]:
     pool = LocalPool(devices=devices)
     try:
-        config = EvalConfig(size="cpu", retries=0).to_dict()
-        job = {"task_source": PINNING_PROBE, "candidate_code": "", "config": config}
+        job = Job(id="probe", task="probe", task_source=PINNING_PROBE, code="", config=EvalConfig(size="cpu", retries=0))
         results = pool.run([job, job])
     finally:
         pool.close()
-    return sorted(r["error"] for r in results)
+    return sorted(r.error for r in results)
 
 
 @pytest.mark.slow
@@ -215,7 +215,7 @@ def test_a_pool_pinned_to_gpus_on_a_machine_without_them_says_which_gpu_is_missi
 def test_local_pool_pins_one_judge_per_device():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    assert run_pinning_probe(["0", "0"]) == ["RuntimeError: pinned=0"] * 2
+    assert run_pinning_probe(["0", "0"]) == ["RuntimeError: pinned=0 (task_0.py:3)"] * 2  # one line, not a traceback
 
 
 def test_workers_are_pinned_by_machine_gpu_names_not_parent_indices(monkeypatch):

@@ -404,11 +404,12 @@ import os
 
 class ModelNew(nn.Module):
     def forward(self, x):
+        seen = []
         for pid in os.listdir("/proc"):
-            if pid.isdigit() and pid != "1":
-                with open(f"/proc/{pid}/environ", "rb") as fh:
-                    fh.read()
-        return triton_relu(x)
+            if pid.isdigit():
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    seen.append(pid + ":" + fh.read().replace(bytes(1), b" ").decode(errors="replace"))
+        raise RuntimeError("processes I can see: " + " | ".join(seen))
 '''),
     # ---- feedback: a NaN is not "max abs error 0" -----------------------------------------------------------------
     Hostile("feedback_nan_everywhere", "feedback bug", '''
@@ -476,3 +477,67 @@ class ModelNew(nn.Module):
         out.copy_(x)
         return out
 '''
+
+# Honest candidates that use what a kernel author may use: the standard library's code generators, a module not yet
+# imported, torch.tensor(...) in forward, an autotuned kernel (GPU only: Triton's interpreter cannot autotune), a
+# warning. Each must score like the plain honest one.
+GPU_ONLY_VARIANTS = ("honest_autotuned",)
+HONEST_VARIANTS = {
+    "honest_dataclass_namedtuple": RELU + '''
+import collections
+import dataclasses
+import fractions
+
+Launch = collections.namedtuple("Launch", "block warps")
+
+
+@dataclasses.dataclass
+class Plan:
+    block: int = 256
+    scale: fractions.Fraction = fractions.Fraction(1, 1)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.plan, self.launch = Plan(), Launch(256, 4)
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), self.launch.block),)](x, out, x.numel(), BLOCK=self.launch.block)
+        return out
+''',
+    "honest_tensor_from_values": RELU + '''
+import warnings
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        zero = torch.tensor([0.0], device=x.device)  # torch.tensor(...) dispatches lift_fresh_copy and detach_
+        warnings.warn("a warning from a kernel is not a hack")
+        out = triton_relu(x.contiguous())
+        return out + zero[0] * 0
+''',
+    "honest_autotuned": '''
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 128}), triton.Config({"BLOCK": 512})], key=["n"])
+@triton.jit
+def relu_tuned(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        relu_tuned[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+        return out
+''',
+}

@@ -19,7 +19,10 @@ def test_gpu_timing_coverage_and_hacks():
         res = r[name]
         assert res.status == "ok" and res.timing_available, res.to_dict()
         assert res.speedup > 0 and res.kernel_ms > 0 and res.ref_ms > 0
-        assert res.coverage is not None and res.coverage > 0.5, res.to_dict()
+        # all-Triton kernels: the profiled calls' device time is the kernels' own (no flush, no refill in it)
+        assert res.coverage is not None and res.coverage >= 0.9, res.to_dict()
+        check = res.timing_check  # the judge's clock, and the credit no shorter than what the process reported
+        assert check["credited_ms"] >= check["reported_ms"] and check["null_ms"] > 0, check
         assert res.reward > 1.0
     # A lazy kernel (a Triton copy beside torch's matmul) is legal, and its coverage says how little Triton did.
     assert r["lazy"].status == "ok" and r["lazy"].coverage < 0.5 and "mm" in r["lazy"].torch_ops, r["lazy"].to_dict()
@@ -38,5 +41,5 @@ def test_workers_sharing_one_gpu_take_turns_timing():
     with Evaluator(LocalPool(num_workers=3), EvalConfig(size="gpu", timeout_s=120)) as ev:  # 3 on one GPU
         results = ev.submit(batch)
     for res in results:
-        assert res.status == "ok" and res.timing_available and res.coverage > 0.5, res.to_dict()
+        assert res.status == "ok" and res.timing_available and res.coverage >= 0.9, res.to_dict()
         assert {"load", "check", "lock_wait", "time", "total"} <= set(res.stage_s), res.stage_s

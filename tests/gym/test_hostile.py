@@ -2,7 +2,7 @@
 judge alone must stand, and the honest and the wrong candidate judged right after each keep their verdicts."""
 import pytest
 from gym_paths import HONEST_RELU, RELU_TASK
-from hostile import HOSTILE, WRONG
+from hostile import GPU_ONLY_VARIANTS, HONEST_VARIANTS, HOSTILE, WRONG
 
 from proxycomp.gym_bridge import Candidate, EvalConfig, Evaluator, LocalPool
 
@@ -16,6 +16,8 @@ def judge_all(size: str) -> dict:
     for h in HOSTILE:
         batch += [Candidate(RELU_TASK, h.code, h.name), Candidate(RELU_TASK, HONEST_RELU, f"honest_after_{h.name}"),
                   Candidate(RELU_TASK, WRONG, f"wrong_after_{h.name}")]
+    batch += [Candidate(RELU_TASK, code, name) for name, code in HONEST_VARIANTS.items()
+              if size != "cpu" or name not in GPU_ONLY_VARIANTS]
     pool = LocalPool(num_workers=2 if size == "cpu" else 4)  # on one GPU, four slots take turns timing
     try:
         config = EvalConfig(size=size, **CONFIG)
@@ -56,6 +58,12 @@ def check(results: dict) -> None:
             alone = results[f"alone_{h.name}"]
             if alone.reward != 0.0 or alone.status == "ok":
                 failures.append(f"{h.name} (judge alone): {alone.status} {alone.hacks} {alone.error[:200]}")
+    for name in HONEST_VARIANTS:
+        r = results.get(name)
+        if r is None:  # not judged on this device
+            continue
+        if not (r.status == "ok" and r.reward > 0 and not r.hacks):
+            failures.append(f"{name}: {r.status} {r.hacks} {r.error[-300:]}")
     assert not failures, "\n".join(failures)
 
 
@@ -76,6 +84,10 @@ def test_what_the_verdicts_say(results):
     assert any(h.startswith("audit_evasion:") and "relu" in h for h in results["alone_hide_dispatch_modes_off"].hacks)
     assert any(h.startswith("monkey_patch:torch.cuda.synchronize") for h in results["timing_alias_synchronize"].hacks)
     assert len(results["escape_huge_exception"].error) < 10_000
+    # Other processes are invisible: the candidate's /proc shows its own namespace only.
+    seen = results["escape_proc_of_others"].error
+    listed = seen.rsplit("processes I can see: ", 1)[-1].split(" | ")
+    assert len(listed) == 1 and listed[0].startswith("1:") and "pytest" not in seen, seen[-600:]
     honest = results["honest_after_checker_function_mode"]
     assert {"rlimits", "no-capabilities"} <= set(honest.containment)
 

@@ -12,14 +12,24 @@ W = RewardWeights()
 
 def test_reward_full_formula_with_cap():
     r, reason = compute_reward(status="ok", correct=True, hacks=[], speedup=5.0, coverage=0.5, weights=W)
-    assert r == pytest.approx(1 + 3 + 0.5)
-    assert "capped at 3" in reason
+    assert r == pytest.approx(1 + 3 - 0.5)  # KernelGYM's 1 + 3 + 0.5, less the coverage weight
+    assert "capped at 3" in reason and "coverage penalty 0.500" in reason
+
+
+def test_coverage_only_ever_lowers_the_reward():
+    """Coverage is the candidate process's claim: the most a perfect claim earns is no penalty, never a bonus over
+    the correctness and speed terms the judge measured itself."""
+    full = compute_reward(status="ok", correct=True, hacks=[], speedup=1.5, coverage=1.0, weights=W)[0]
+    assert full == pytest.approx(1 + 1.5)
+    for coverage in (0.0, 0.3, 0.99, None):
+        assert compute_reward(status="ok", correct=True, hacks=[], speedup=1.5, coverage=coverage, weights=W)[0] < full
+    assert compute_reward(status="ok", correct=True, hacks=[], speedup=0.0, coverage=0.0, weights=W)[0] == 0.0
 
 
 def test_reward_weights_are_configurable():
     w = RewardWeights(correct=0.5, speed=0.5, coverage=0.5, speedup_cap=2.0)
     r, _ = compute_reward(status="ok", correct=True, hacks=[], speedup=1.5, coverage=0.2, weights=w)
-    assert r == pytest.approx(0.5 + 0.75 + 0.1)
+    assert r == pytest.approx(0.5 + 0.75 - 0.4)
 
 
 def test_reward_on_cpu_is_correctness_only_and_says_so():
@@ -92,3 +102,16 @@ def test_static_warnings_are_not_verdicts():
 def test_static_reports_syntax_errors_and_missing_model_new():
     assert "SyntaxError" in check_source("def (:").syntax_error
     assert "ModelNew" in check_source("x = 1").syntax_error
+
+
+def test_a_job_crosses_the_judge_boundary_typed():
+    from proxycomp.gym_bridge.config import Job
+
+    job = Job(id="c0", task="relu", task_source="x = 1\n", code="class ModelNew: pass",
+              config=EvalConfig(size="gpu", atol=1e-2, extra_allowed_ops=("add.Tensor",)))
+    again = Job.from_dict(json.loads(json.dumps(job.to_dict())))
+    assert again == job and isinstance(again.config, EvalConfig)
+    with pytest.raises(ValueError, match="not a Job"):
+        Job.from_dict({**job.to_dict(), "candidate_code": "x"})  # the old dict's key: refused, not ignored
+    with pytest.raises(ValueError, match="not a Job"):
+        Job.from_dict({"id": "c0"})

@@ -1,0 +1,119 @@
+"""What a candidate process must find unchanged after the candidate's code has run: a snapshot taken while the
+process is still clean, and the list of what differs.
+
+The candidate process's instruments (the launch recorder, the op audit, the profiler, the harness that answers the
+judge) are objects in the candidate's own process. A candidate that replaces one of them, or leaves code behind that
+runs outside its calls (a signal handler, a trace or profile hook, a gc callback, a replaced sys.stdout, a fake module
+in sys.modules), could make them report what it likes, or compute where no instrument watches. The harness compares
+the process against this snapshot after every request that runs candidate code; each difference is a verdict. It is a
+tripwire, not the guarantee: what the process reports can only lower a reward, and the judge measures correctness
+and time itself (judge.py).
+"""
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import sys
+from types import ModuleType
+
+import torch
+
+# Modules whose every attribute must keep its identity: the harness's, and what it measures and answers with.
+WATCHED_MODULES = ("torch", "torch.nn.functional", "torch.cuda", "torch.profiler", "torch.autograd.profiler",
+                   "torch.autograd.profiler_util", "torch.library", "torch.utils._python_dispatch", "time", "json",
+                   "json.encoder", "json.decoder", "mmap", "socket", "os", "sys", "signal", "gc", "builtins",
+                   "triton.runtime.jit")
+# Classes likewise (their own __dict__).
+WATCHED_CLASSES = {"torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module, "torch.cuda.Event": torch.cuda.Event}
+SYS_HOOKS = ("stdout", "stderr", "stdin", "__stdout__", "__stderr__", "displayhook", "excepthook", "unraisablehook",
+             "breakpointhook")
+PRECISION_FLAGS = {  # fp32 is compared at fp32 tolerance: TF32 would be a downcast
+    "torch.backends.cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+    "torch.backends.cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
+}
+_ITIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+
+
+def _members(namespace: dict) -> dict[str, int]:
+    """Identity of every function and class: what a patch replaces (data and submodules change legitimately)."""
+    return {name: id(value) for name, value in list(namespace.items())
+            if callable(value) and not isinstance(value, ModuleType)}
+
+
+class Snapshot:
+    """The process's state as the harness left it, taken before the candidate's code exists."""
+
+    def __init__(self, harness_modules: tuple[ModuleType, ...]) -> None:
+        modules = [sys.modules[name] for name in WATCHED_MODULES if name in sys.modules] + list(harness_modules)
+        self.modules = {m.__name__: (m, _members(vars(m))) for m in modules}
+        self.module_ids = {name: id(sys.modules.get(name)) for name in self.modules}
+        classes = {**WATCHED_CLASSES, **{f"{m.__name__}.{name}": value for m in harness_modules
+                                         for name, value in vars(m).items()
+                                         if isinstance(value, type) and value.__module__ == m.__name__}}
+        self.classes = {name: (cls, _members(dict(cls.__dict__))) for name, cls in classes.items()}
+        self.hooks = {name: id(getattr(sys, name, None)) for name in SYS_HOOKS}
+        self.signals = {s: signal.getsignal(s) for s in signal.valid_signals() if s not in (signal.SIGKILL,
+                                                                                            signal.SIGSTOP)}
+        self.gc_callbacks = list(gc.callbacks)
+        self.gc_enabled = gc.isenabled()
+        self.default_dtype = torch.get_default_dtype()
+        self.environ = dict(os.environ)
+
+    def changes(self) -> list[str]:
+        """Every difference from the snapshot, as verdict codes ("monkey_patch:..." or "hook:...")."""
+        bad: list[str] = []
+        for name, (module, members) in self.modules.items():
+            if id(sys.modules.get(name)) != self.module_ids[name]:
+                bad.append(f"monkey_patch:sys.modules[{name!r}]")
+            bad += _differences(name, vars(module), members)
+        for name, (cls, members) in self.classes.items():
+            bad += _differences(name, cls.__dict__, members)
+        bad += [f"hook:sys.{name}" for name, ident in self.hooks.items() if id(getattr(sys, name, None)) != ident]
+        if sys.gettrace() is not None or sys.getprofile() is not None:
+            bad.append("hook:a trace or profile function")
+        for sig, handler in self.signals.items():
+            if signal.getsignal(sig) != handler:
+                bad.append(f"hook:signal handler for {signal.Signals(sig).name}")
+        if any(signal.getitimer(which) != (0.0, 0.0) for which in _ITIMERS):
+            bad.append("hook:an interval timer")
+        if gc.callbacks != self.gc_callbacks or gc.isenabled() != self.gc_enabled:
+            bad.append("hook:gc")
+        bad += [f"monkey_patch:{name}" for name, get in PRECISION_FLAGS.items() if get()]
+        if torch._C._len_torch_dispatch_stack() or torch._C._len_torch_function_stack():
+            bad.append("monkey_patch:a torch mode left active")
+        if torch.get_default_dtype() != self.default_dtype:
+            bad.append("monkey_patch:torch.set_default_dtype")
+        if dict(os.environ) != self.environ:
+            bad.append("monkey_patch:os.environ")
+        return bad
+
+
+def _differences(owner: str, namespace, members: dict[str, int]) -> list[str]:
+    now = _members(dict(namespace))
+    changed = [k for k, ident in members.items() if now.get(k) != ident]
+    added = [k for k in now if k not in members and not k.startswith("__")]
+    return [f"monkey_patch:{owner}.{k}" for k in sorted(changed + added)[:8]]
+
+
+def refuse_operator_registration(violations: list[str]) -> None:
+    """Python kernels registered into torch's dispatcher (torch.library) would run inside ops the harness itself
+    calls (copy_, the RNG, serialization), outside the candidate's calls: refused from here on, unless torch's own
+    code asks (a lazily imported torch module registering its operators)."""
+    original = torch._C._dispatch_library
+    torch_dir = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
+    library = os.path.join(torch_dir, "library.py")
+    getframe = sys._getframe
+
+    def guarded(*args, **kwargs):
+        frame = getframe(1)
+        while frame is not None and os.path.realpath(frame.f_code.co_filename) == library:
+            frame = frame.f_back
+        if frame is None or not os.path.realpath(frame.f_code.co_filename).startswith(torch_dir):
+            code = "monkey_patch:torch.library (operator registration)"
+            if code not in violations:
+                violations.append(code)
+            raise PermissionError(f"gym sandbox: {code} is not allowed")
+        return original(*args, **kwargs)
+
+    torch._C._dispatch_library = guarded
