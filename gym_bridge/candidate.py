@@ -11,8 +11,9 @@ answers the judge's requests (wire.py):
               and answer with the time and a fingerprint of the outputs under a key revealed only now (timing.py);
               "null" times a no-op instead (the judge's calibration, asked for before the candidate's code exists)
     load      the candidate's module, and ModelNew built under the judge's initialization seed
-    call      one forward on the inputs sent: the outputs (into the judge's reply buffer), their types, the Triton
-              launches, the aten ops that the dispatch audit and the profiler saw, whether the inputs changed
+    call      one forward on the inputs a seed of the judge's stands for (drawn here, as the judge draws its own
+              copy): the outputs (into the judge's reply buffer), their types, the Triton launches, the aten ops
+              that the dispatch audit and the profiler saw, whether the inputs changed
     profile   a few calls on one input set under the profiler: the kernels, their device time, the ops
 
 Every answer is a claim: the judge compares outputs and fingerprints with its own reference and times each trial on
@@ -125,8 +126,15 @@ def _outputs(session: Session, values: list, fd: int | None) -> dict:
         return {"mismatch": f"unusable outputs ({err})"}
 
 
+def _task(session: Session, msg: dict) -> None:
+    """The task module (its source comes with the first request that needs it) and the size its inputs take."""
+    if session.task is None:
+        session.task, session.size = _module(session, "task", msg["task_source"]), msg["size"]
+
+
 def _load(session: Session, msg: dict, fds: list[int]) -> dict:
-    init = wire.decode(msg["init"], fds[0] if fds else None, msg["max_bytes"], session.device)
+    _task(session, msg)
+    init = draw_inputs(session.task, session.size, msg["init_seed"], session.device, "get_init_inputs")
     try:
         module = _module(session, "candidate", msg["code"])
     except BaseException as exc:  # noqa: BLE001 - SystemExit at import too
@@ -144,7 +152,8 @@ def _load(session: Session, msg: dict, fds: list[int]) -> dict:
 
 
 def _call(session: Session, msg: dict, fds: list[int]) -> dict:
-    inputs = wire.decode(msg["inputs"], fds[0] if fds else None, msg["max_bytes"], session.device)
+    """One correctness call on the inputs the judge's seed stands for (drawn here, as the judge draws its copy)."""
+    inputs = draw_inputs(session.task, session.size, msg["seed"], session.device)
     if msg.get("refill"):  # the same tensors as the last call, new contents: an output cached by address goes stale
         refill(session.previous, inputs)
         inputs = session.previous
@@ -166,7 +175,7 @@ def _call(session: Session, msg: dict, fds: list[int]) -> dict:
         **_summarize(prof, session.recorder.names),
     }
     if all(type(o) is torch.Tensor for o in outputs):
-        reply.update(_outputs(session, outputs, fds[1] if len(fds) > 1 else None))
+        reply.update(_outputs(session, outputs, fds[0] if fds else None))
     return reply
 
 
@@ -182,7 +191,7 @@ def _same(session: Session, a: Any, b: Any) -> bool:
 
 
 def _stage(session: Session, msg: dict, fds: list[int]) -> dict:
-    session.task, session.size = _module(session, "task", msg["task_source"]), msg["size"]
+    _task(session, msg)
     session.sets = [draw_inputs(session.task, session.size, seed, session.device) for seed in msg["seeds"]]
     session.dummies = [torch.zeros(spec["shape"], dtype=wire.DTYPES[spec["dtype"]], device=session.device)
                        for spec in msg["outputs"]]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -104,8 +105,8 @@ def timed_call(fn: Callable, inputs: Sequence, event: type, synchronize: Callabl
 
 
 def projection(outputs: Sequence, key: int, device: str) -> tuple[float, list[torch.Tensor]]:
-    """A fingerprint of `outputs`: their sum weighted by uniform(-1, 1) weights drawn from `key` (float64
-    accumulation). The judge asks for it with every timed call, with a key revealed only in that call's request, and
+    """A fingerprint of `outputs`: their sum weighted by uniform(-1, 1) weights drawn from `key`, accumulated in
+    float64. The judge asks for it with every timed call, with a key revealed only in that call's request, and
     compares it with the reference's: the call must have computed its whole output inside the window the judge timed.
     Returns (the fingerprint, the weights)."""
     gen = torch.Generator(device=device)
@@ -113,19 +114,21 @@ def projection(outputs: Sequence, key: int, device: str) -> tuple[float, list[to
     total, weights = 0.0, []
     for out in outputs:
         w = torch.rand(out.shape, generator=gen, device=device, dtype=torch.float32).mul_(2).sub_(1)
-        values = torch.nan_to_num(out.detach().to(torch.float32), nan=0.0, posinf=0.0, neginf=0.0)
-        total += float(torch.sum(values * w, dtype=torch.float64))
+        total += float(torch.sum(out.detach().to(torch.float32) * w, dtype=torch.float64))
         weights.append(w)
     return total, weights
 
 
 def projection_tolerance(reference: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], atol: Sequence[float],
                          rtol: Sequence[float]) -> float:
-    """How far a fingerprint of outputs that match `reference` within (atol, rtol) elementwise can lie from the
-    reference's own: the weighted sum of each element's tolerance, plus float32 rounding of the products."""
-    bound = 0.0
+    """How far the fingerprint of outputs that match `reference` within (atol, rtol) elementwise may lie from the
+    reference's own. The weights are drawn after the outputs exist, independent of their errors e_i (|e_i| <= t_i =
+    atol + rtol·|ref_i|), so sum(w_i·e_i) stays within 6·sqrt(sum(t_i²)) but with probability 2·exp(-18)
+    (Hoeffding); plus the float32 rounding of the products on both sides. An output computed from other inputs is
+    off by about sqrt(n) times its typical value, far outside."""
+    spread, rounding = 0.0, 0.0
     for ref, w, a, r in zip(reference, weights, atol, rtol):
-        mag = torch.nan_to_num(ref.detach().to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0).abs()
-        aw = w.to(torch.float64).abs()
-        bound += float(torch.sum(aw * (a + r * mag))) + 2 ** -22 * float(torch.sum(aw * mag))
-    return bound + 1e-9
+        mag = ref.detach().to(torch.float32).abs()
+        spread += float(torch.sum(torch.square(mag * r + a), dtype=torch.float64))
+        rounding += float(torch.sum(mag * w.abs(), dtype=torch.float64))
+    return 6.0 * math.sqrt(spread) + 2.0 ** -22 * rounding + 1e-9

@@ -4,8 +4,9 @@ Gym processes talk over Unix SOCK_SEQPACKET pairs: every send is one message (no
 and may carry file descriptors (SCM_RIGHTS). Tensors travel end to end in an anonymous in-memory file (memfd). JSON,
 never pickle, so a message can only ever be data.
 
-Every memfd is made by the judge, never by a candidate process: the judge writes the inputs it sends into one, and
-hands over a reply buffer of the size it will accept (`reply_buffer`), sealed so that it can neither grow nor shrink.
+Every memfd is made by the judge, never by a candidate process: for an answer that holds tensors the judge hands over
+a reply buffer of the size it will accept (`reply_buffer`), sealed so that it can neither grow nor shrink (inputs do
+not travel: both sides draw them from the seed the judge reveals).
 A candidate process only writes into the buffer it was given (`write_into`), so its own file-size limit never caps an
 honest output, and nothing it sends can be larger than the judge asked for. The receiver checks every tensor's dtype,
 shape, offset and size against the file and its own byte budget before it maps anything, and copies the bytes out
@@ -77,10 +78,10 @@ def _fill(fd: int, tensors: Sequence[torch.Tensor]) -> None:
         offset = 0
         for t in tensors:
             n = t.numel() * t.element_size()
-            if n:
-                flat = t.contiguous().reshape(-1).cpu()
-                torch.frombuffer(mm, dtype=flat.dtype, count=flat.numel(), offset=offset).copy_(flat)
-                del flat
+            if n:  # straight from the tensor's device into the shared pages: one copy
+                view = torch.frombuffer(mm, dtype=t.dtype, count=t.numel(), offset=offset)
+                view.copy_(t.contiguous().reshape(-1))
+                del view
             offset += n
 
 
@@ -89,13 +90,6 @@ def reply_buffer(size: int) -> int:
     fd = os.memfd_create("gym-reply", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     os.ftruncate(fd, max(size, 1))
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
-    return fd
-
-
-def tensor_file(tensors: Sequence[torch.Tensor]) -> int:
-    """A sealed memfd holding the tensors' bytes end to end (the judge's side: inputs it sends)."""
-    fd = reply_buffer(nbytes(tensors))
-    _fill(fd, tensors)
     return fd
 
 

@@ -65,8 +65,9 @@ def test_a_reply_buffer_cannot_grow_and_refuses_what_does_not_fit():
 
 
 def test_a_description_outside_the_buffer_or_over_budget_is_refused():
-    fd = wire.tensor_file([torch.ones(4)])
+    fd = wire.reply_buffer(16)
     try:
+        wire.write_into(fd, [torch.ones(4)])
         with pytest.raises(wire.WireError, match="outside"):
             wire.decode([{"dtype": "float32", "shape": [8], "offset": 0}], fd, 1 << 10)
         with pytest.raises(wire.WireError, match="more than"):
