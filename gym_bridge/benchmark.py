@@ -2,8 +2,11 @@
 
 Candidates are files named `<problem stem>.py` or `<problem stem>__<variant>.py` (several variants per problem
 allowed), each judged against the problem of the same stem in the task folder (a KernelBench level folder or any
-folder of task files). Each result is appended to a JSONL file as soon as it is known, so a bench that stops
-resumes where it stopped: a candidate already in the file is not judged again (a line cut by the stop is dropped).
+folder of task files). KernelBench stems may end in "_" or hold "__" themselves (`36_RMSNorm_`,
+`50_conv_standard_2D__square_input__square_kernel`), so a file belongs to the longest problem stem it equals or
+starts with followed by "__" (`36_RMSNorm___variant.py` is a variant of `36_RMSNorm_`). Each result is appended
+to a JSONL file as soon as it is known, so a bench that stops resumes where it stopped: a candidate already in the
+file is not judged again (a line cut by the stop is dropped).
 
 fast_p (KernelBench's score.py): the share of candidates that are correct and faster than the eager reference by
 more than p; fast_0 is the share that is correct. The geometric mean speedup is over correct, timed candidates.
@@ -13,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +25,7 @@ from .tasks import Task, TaskError, TaskSet
 
 FAST_P = (0.0, 1.0, 1.2, 2.0)
 ROW_FIELDS = ("task", "candidate", "status", "reward", "speedup", "coverage", "correct", "kernel_ms", "ref_ms",
-              "hacks", "reason")
+              "hacks", "reason", "timing_check")
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,16 @@ class Entry:
         return self.path.stem
 
 
+def problem_of(stem: str, problems: Container[str]) -> str | None:
+    """The problem a candidate file stem names: the longest of `problems` that `stem` equals or starts with followed
+    by "__" (the variant's separator), or None. Longest, because a problem stem may itself contain "__" or end in
+    "_": with problems `1_A` and `1_A__x`, `1_A__x__v2` is a variant of `1_A__x`, `1_A__y` one of `1_A`."""
+    if stem in problems:
+        return stem
+    cuts = [i for i in range(len(stem) - 1) if stem.startswith("__", i)]  # overlapping: "___" cuts twice
+    return next((stem[:i] for i in reversed(cuts) if stem[:i] in problems), None)
+
+
 def pair_candidates(task_set: TaskSet, folder: str | Path, tasks: Iterable[Task] | None = None) -> list[Entry]:
     """Every candidate file of `folder` whose problem is in `tasks` (default: the whole set); a file that names no
     problem of the set is an error, so a typo cannot silently drop a candidate."""
@@ -46,8 +59,8 @@ def pair_candidates(task_set: TaskSet, folder: str | Path, tasks: Iterable[Task]
     wanted = {t.name for t in tasks} if tasks is not None else set(task_set.tasks)
     entries = []
     for path in sorted(root.glob("*.py")):
-        stem = path.stem.split("__", 1)[0]
-        if stem not in task_set.tasks:
+        stem = problem_of(path.stem, task_set.tasks)
+        if stem is None:
             raise TaskError(f"candidate {path.name} names no problem of {task_set.root} (expected <problem>.py or "
                             f"<problem>__<variant>.py)")
         if stem in wanted:

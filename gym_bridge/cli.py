@@ -33,8 +33,9 @@ def _default_size() -> str:
 def _judging_options(p) -> None:
     """How candidates are judged: the same flags for `eval` and `bench`."""
     p.add_argument("--size", choices=SIZES, default=None,
-                   help="problem size of a shipped task; null: gpu with CUDA, else cpu (a plain KernelBench file has "
-                        "its shapes in get_inputs())")
+                   help="problem size: a key of the task's SIZES; a plain KernelBench file (no SIZES) has only the "
+                        "shapes of its get_inputs(), judged with cpu or gpu; gpu sizes need CUDA (or --ray); null: "
+                        "gpu with CUDA, else cpu")
     p.add_argument("--atol", type=float | None, default=None, help="absolute tolerance; null: per dtype (fp32 1e-4)")
     p.add_argument("--rtol", type=float | None, default=None, help="relative tolerance; null: per dtype (fp32 1e-4)")
     p.add_argument("--kernelbench_tolerance", action="store_true",
@@ -48,12 +49,31 @@ def _judging_options(p) -> None:
     p.add_argument("--strict", action="store_true", help="any torch compute in ModelNew is a hacking verdict")
 
 
+PLAIN_SIZES = ("cpu", "gpu")  # either names a plain KernelBench file's own shapes (its get_inputs() takes no size)
+
+
+def _check_size(size: str, tasks: list, local: bool) -> None:
+    """Refuse a size a task cannot give (one line naming the file), and a GPU size judged here without CUDA."""
+    for t in tasks:
+        if size in (t.sizes or PLAIN_SIZES):
+            continue
+        if not t.sizes:
+            raise UserError(f"--size {size}: {t.path} is a plain KernelBench file (no SIZES): it has only the shapes "
+                            f"of its get_inputs(), which --size cpu or gpu judge; use one of those, or add SIZES "
+                            f"with a {size!r} entry")
+        raise UserError(f"--size {size}: {t.path} has SIZES {', '.join(t.sizes)} only; use one of those, or add "
+                        f"a {size!r} entry to its SIZES")
+    if local and size != "cpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(f"--size {size} is judged on a GPU and this machine has no CUDA "
+                            f"(torch.cuda.is_available() is False): use --size cpu, or leave --size out")
+
+
 def _config(args, tasks: list) -> EvalConfig:
     size = args.size or _default_size()
-    if args.size and any(not t.sizes for t in tasks):
-        plain = next(t for t in tasks if not t.sizes)
-        raise UserError(f"--size {args.size}: {plain.path} has no SIZES (a plain KernelBench file takes the shapes of "
-                        f"its get_inputs()); leave --size out")
+    _check_size(size, tasks, local=getattr(args, "ray", None) is None)
     atol, rtol = (1e-2, 1e-2) if args.kernelbench_tolerance else (args.atol, args.rtol)
     try:
         return EvalConfig(size=size, atol=atol, rtol=rtol, seed=args.seed, correct_trials=args.trials,
@@ -182,6 +202,8 @@ def _cmd_bench(args, argv: list[str]) -> int:
         line += (f"; wall {wall:.1f} s for {len(results)} candidates: {wall / len(results):.2f} s per candidate, "
                  f"{60 * len(results) / wall:.1f} candidates/min; judge seconds per candidate: {stage_means(results)}")
     print(json.dumps(rows, indent=1) if args.json else f"{text}\n{line}")
+    if args.json:
+        print(line, file=sys.stderr)
     if args.record:
         _record(args.benchmarks, config.size, argv, text, line, results)
     return 0 if all(r["correct"] for r in rows) else 1

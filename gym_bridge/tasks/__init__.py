@@ -3,7 +3,8 @@
 A task file defines `class Model(nn.Module)`, `get_inputs(size="gpu")` and `get_init_inputs(size="gpu")`,
 plus the module constants `CATEGORY` and `SIZES` (keys "cpu", "gpu", "gpu_heldout"). A plain KernelBench file
 without those constants also loads: its category is "custom" and its sizes are empty, meaning
-`get_inputs()` takes no size argument. Files are read with `ast`, never imported here, so listing the
+`get_inputs()` takes no size argument (the sizes "cpu" and "gpu" both judge its own shapes; "gpu_heldout" needs
+SIZES). Files are read with `ast`, never imported here, so listing the
 tasks stays cheap and a broken task cannot run code at listing time.
 
 A task set is a folder of task files (a KernelBench level folder, or any folder of such files). An optional
