@@ -23,8 +23,10 @@ takes it back.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import signal
 import socket
 import sys
 import time
@@ -41,8 +43,19 @@ from .op_audit import OpAudit
 from .timing import draw_inputs, projection, refill, timed_call
 
 ERROR_CHARS = 4000  # of a traceback, its end
+SIGNALS = set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+
+
+@contextlib.contextmanager
+def candidate_code():
+    """Signals are delivered only while the candidate's own code runs (its module, ModelNew, its calls), where the
+    instruments watch: a handler or an interval timer it leaves behind cannot compute between the harness's steps."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
 NAMES_KEPT = 200  # kernel and op names reported per profile
-HOST_ONLY_COMPUTE = ("apply_", "map_", "map2_")  # Python callbacks per element: compute no op or kernel shows
 
 
 class Session:
@@ -62,14 +75,13 @@ class Session:
         self.equal, self.isnan = torch.equal, torch.Tensor.isnan
         self.event = torch.cuda.Event if device == "cuda" else None
         self.synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-        self.stdout, self.clock = sys.stdout, time.perf_counter
-        self.snapshot: Snapshot | None = None
+        self.flush, self.clock = sys.stdout.flush, time.perf_counter  # the bound method: a patch on the object misses
+        self.changes = lambda: []
 
     def audit(self) -> None:
         """Report what changed in the process since the snapshot (each difference once)."""
-        if self.snapshot is not None:
-            for code in self.snapshot.changes():
-                self.report(code)
+        for code in self.changes():
+            self.report(code)
 
 
 def _error(stage: str, exc: BaseException) -> dict:
@@ -81,11 +93,16 @@ def _error(stage: str, exc: BaseException) -> dict:
 
 
 def _flat(out: Any) -> list:
-    return list(out) if isinstance(out, (list, tuple)) else [out]
+    """The outputs: a plain list or tuple is unpacked, anything else is one output (a subclass whose iteration
+    computes would run the candidate's code after the instruments close; it fails the type check instead)."""
+    return list(out) if type(out) in (list, tuple) else [out]
 
 
 def _type_name(value: Any) -> str:
-    return f"{type(value).__module__}.{type(value).__qualname__}"
+    """The output's class by the descriptors of `type` itself: a metaclass's properties run no code here."""
+    cls, described = type(value), type.__dict__
+    module = described["__module__"].__get__(cls)
+    return f"{module if type(module) is str else '?'}.{described['__qualname__'].__get__(cls)}"
 
 
 def _profile(activities_cuda: bool):
@@ -136,16 +153,18 @@ def _load(session: Session, msg: dict, fds: list[int]) -> dict:
     _task(session, msg)
     init = draw_inputs(session.task, session.size, msg["init_seed"], session.device, "get_init_inputs")
     try:
-        module = _module(session, "candidate", msg["code"])
+        with candidate_code():
+            module = _module(session, "candidate", msg["code"])
     except BaseException as exc:  # noqa: BLE001 - SystemExit at import too
         return _error("load", exc)
-    model_cls = getattr(module, "ModelNew", None)
+    model_cls = module.__dict__.get("ModelNew")
     if not isinstance(model_cls, type):
         return {"error": "load: the candidate defines no class ModelNew"}
     torch.manual_seed(msg["init_seed"])
     try:
-        model = model_cls(*init)
-        session.model = model.to(session.device) if isinstance(model, torch.nn.Module) else model
+        with candidate_code():
+            model = model_cls(*init)
+            session.model = model.to(session.device) if isinstance(model, torch.nn.Module) else model
     except BaseException as exc:  # noqa: BLE001
         return _error("__init__", exc)
     return {"ok": True}
@@ -163,7 +182,8 @@ def _call(session: Session, msg: dict, fds: list[int]) -> dict:
     session.recorder.names.clear()
     try:
         with torch.set_grad_enabled(bool(msg["grad"])), _profile(session.device == "cuda") as prof, audit:
-            out = session.model(*inputs)
+            with candidate_code():
+                out = session.model(*inputs)
             session.synchronize()
     except BaseException as exc:  # noqa: BLE001
         return _error("forward", exc)
@@ -209,8 +229,9 @@ def _trial(session: Session, msg: dict, fds: list[int]) -> dict:
         refill(inputs, draw_inputs(session.task, session.size, msg["seed"], session.device))
         session.synchronize()
         started = session.clock()
-        ms, out = timed_call(_noop if msg.get("null") else session.model, inputs, session.event,
-                             session.synchronize)
+        with candidate_code():  # a null trial unblocks too: the same steps, the same cost
+            ms, out = timed_call(_noop if msg.get("null") else session.model, inputs, session.event,
+                                 session.synchronize)
         host_ms = (session.clock() - started) * 1e3
         outputs = session.dummies if msg.get("null") else _flat(out)
         if not all(type(o) is torch.Tensor for o in outputs):
@@ -227,7 +248,8 @@ def _profile_op(session: Session, msg: dict, fds: list[int]) -> dict:
     try:
         with torch.no_grad(), _profile(True) as prof:
             for _ in range(msg["calls"]):
-                session.model(*inputs)
+                with candidate_code():
+                    session.model(*inputs)
                 session.synchronize()
     except BaseException as exc:  # noqa: BLE001
         return _error("profile", exc)
@@ -235,17 +257,6 @@ def _profile_op(session: Session, msg: dict, fds: list[int]) -> dict:
 
 
 HANDLERS = {"load": _load, "call": _call, "stage": _stage, "trial": _trial, "profile": _profile_op}
-
-
-def refuse_host_compute(report) -> None:
-    """Tensor methods that run a Python function per element (CPU only): compute that neither the op audit nor the
-    profiler can see, and that no kernel needs."""
-    for name in HOST_ONLY_COMPUTE:
-        def refused(*args, _name=name, **kwargs):
-            report(f"host_compute:Tensor.{_name}")
-            raise PermissionError(f"gym sandbox: Tensor.{_name} is not allowed")
-
-        setattr(torch.Tensor, name, refused)
 
 
 def hide(package: str) -> tuple:
@@ -266,9 +277,9 @@ def serve(sock: socket.socket, workdir: str, device: str, extra_allowed_ops: tup
     """Answer the judge until it closes the socket. The process exits after; a candidate that kills it first is
     reported by the monitor's exit status. `layers`: the containment in force, for the verdict; `snapshot_of`: the
     harness modules the snapshot watches."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
     session = Session(workdir, device, extra_allowed_ops, report)
-    refuse_host_compute(report)
-    session.snapshot = Snapshot(snapshot_of)
+    session.changes = Snapshot(snapshot_of).changes  # a bound method: a patch on the class later misses it
     wire.send(sock, {"ready": True, "layers": layers})
     while True:
         try:
@@ -285,7 +296,7 @@ def serve(sock: socket.socket, workdir: str, device: str, extra_allowed_ops: tup
             wire.close(fds)
         if op != "trial":  # a trial's window is the judge's clock: the next request's audit covers it
             session.audit()
-        session.stdout.flush()
+        session.flush()
         try:
             wire.send(sock, reply)
         except (OSError, TypeError, ValueError, wire.WireError) as exc:

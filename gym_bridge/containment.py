@@ -287,11 +287,25 @@ INTROSPECTION_EVENTS = {"gc.get_objects", "gc.get_referrers", "gc.get_referents"
 # Code that did not come from an installed file: compiled from a string, built, unmarshalled or unpickled.
 DYNAMIC_CODE_EVENTS = {"compile", "exec", "code.__new__", "marshal.loads", "marshal.load", "pickle.find_class",
                        "function.__new__"}  # builtins.exec/eval raise "exec"; FunctionType(code) "function.__new__"
+FRAME_READS = {"sys._getframe", "sys._getframemodulename", "object.__getattr__", "object.__setattr__",
+               "object.__delattr__"}  # what a traceback or a warning does; the rest changes or walks the process
+FOREIGN_CALL_EVENTS = {"ctypes.call_function", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.cdata",
+                       "ctypes.cdata/buffer", "ctypes.string_at", "ctypes.wstring_at", "ctypes.addressof"}
+# The names a frame's own code uses when it asks for an operation itself (rather than calling what it was handed).
+OPERATION_NAMES = {"compile": ("compile", "exec", "eval"), "exec": ("exec", "eval"), "gc.get_objects": ("get_objects",),
+                   "gc.get_referrers": ("get_referrers",), "gc.get_referents": ("get_referents",),
+                   "sys._getframe": ("_getframe",), "sys.settrace": ("settrace",), "sys.setprofile": ("setprofile",),
+                   "sys.addaudithook": ("addaudithook",), "sys._current_frames": ("_current_frames",),
+                   "code.__new__": ("CodeType", "replace"), "function.__new__": ("FunctionType",),
+                   "marshal.loads": ("loads",)}
 WRITE_EVENTS = {"os.remove", "os.rmdir", "os.rename", "os.truncate", "os.chmod", "os.chown", "os.link",
                 "os.symlink", "os.mkdir", "shutil.rmtree", "os.utime"}
 READ_EVENTS = {"os.listdir", "os.scandir", "glob.glob"}
 # The standard library's code generators (dataclass methods, namedtuple classes) compile templates of their own.
 GENERATORS = ("dataclasses.py", "collections/__init__.py", "typing.py", "enum.py")
+# Standard-library modules that run whatever source they are given: their frames count as the caller's own code.
+SOURCE_RUNNERS = ("code.py", "codeop.py", "runpy.py", "timeit.py", "pdb.py", "bdb.py", "doctest.py", "cProfile.py",
+                  "profile.py", "trace.py")
 
 
 def _real(path: object) -> str | None:
@@ -336,7 +350,10 @@ def install_audit_hook(workdir: str, read_roots: list[str], devices: list[str], 
     which runs ptxas and a C compiler and loads what they build) is nearer than the candidate's, and also when no
     frame of either is on the stack (a C callable left behind to run later). Introspection that could reach the
     instruments (gc walks, frames, tracing hooks, audit hooks) is refused unless a frame of `libraries` (torch,
-    Triton: their warnings and tracing read frames) or of the standard library's code generators is nearer. Dynamic code (compile, exec of code that no installed
+    Triton: their warnings and tracing read frames) or of the standard library's code generators is nearer; a
+    library frame right at the operation decides only if its own code names the operation (a library that calls
+    what it was handed, torch's pytree say, launders nothing); the standard library's source runners (code,
+    runpy, timeit...) count as the candidate's own frames. Dynamic code (compile, exec of code that no installed
     file holds, code objects built or unmarshalled) is refused unless `libraries` or the standard library's code
     generators ask; importing an installed file compiles exactly that file's text (or loads its cached bytecode),
     and is allowed. Importing the packages named in `hidden` (the gym's own, which the harness took out of
@@ -348,7 +365,9 @@ def install_audit_hook(workdir: str, read_roots: list[str], devices: list[str], 
     installed = tuple(r for r in read_roots if r not in write_roots and r not in ("/proc", "/sys"))
     compilers = tuple(os.path.realpath(p) for p in compiler_libs)
     trusted = tuple(os.path.realpath(p) for p in libraries)
-    generators = trusted + tuple(os.path.join(os.path.dirname(os.__file__), g) for g in GENERATORS)
+    stdlib = os.path.dirname(os.path.realpath(os.__file__))
+    generators = trusted + tuple(os.path.join(stdlib, g) for g in GENERATORS)
+    runners = {os.path.join(stdlib, r) for r in SOURCE_RUNNERS}
     own_proc = os.path.realpath("/proc/self")
     getframe = sys._getframe
     files: dict[str, str] = {}  # co_filename -> "mine" | "looked through" | an exempt root, as first classified
@@ -360,17 +379,23 @@ def install_audit_hook(workdir: str, read_roots: list[str], devices: list[str], 
             else:
                 path = os.path.realpath(filename) if os.path.isabs(filename) else ""
                 files[filename] = path if path and _under(path, installed) and not _under(path, (workdir,)) \
-                    else "mine"
+                    and path not in runners else "mine"
         return files[filename]
 
-    def attributed_to_candidate(exempt: tuple[str, ...], nobody: bool) -> bool:
-        """Whether the nearest frame that decides is the candidate's; `nobody`: the answer when none decides."""
-        frame = getframe(3)
+    def attributed_to_candidate(exempt: tuple[str, ...], nobody: bool, names: tuple[str, ...] = ()) -> bool:
+        """Whether the nearest frame that decides is the candidate's; `nobody`: the answer when none decides. A frame
+        of an exempt library decides only if its own code names the operation (`names`, when given): one that
+        merely calls a function it was handed (torch's pytree mapping `compile` over a tree, say) is looked
+        through, so the candidate cannot launder an operation through a library's callback."""
+        frame, direct = getframe(3), True  # direct: no standard-library helper between the operation and this frame
         while frame is not None:
-            where = kind(frame.f_code.co_filename)
+            code = frame.f_code
+            where = kind(code.co_filename)
             if where == "mine":
                 return True
-            if where != "through" and _under(where, exempt):
+            if where == "through" or not _under(where, exempt):
+                direct = False
+            elif not (direct and names and not set(names) & set(code.co_names)):
                 return False
             frame = frame.f_back
         return nobody
@@ -409,7 +434,7 @@ def install_audit_hook(workdir: str, read_roots: list[str], devices: list[str], 
     def cached_bytecode(data: object) -> bool:
         """An import loading an installed file's cached bytecode: importlib's caller names the .pyc, whose body
         (past its 16-byte header) is exactly these bytes."""
-        frame = getframe(2)
+        frame = getframe(3)
         path = _real(frame.f_locals.get("bytecode_path")) if frame is not None and \
             frame.f_code.co_filename.startswith("<frozen importlib") else None
         if not path or not _under(path, installed) or _under(path, (workdir,)):
@@ -451,8 +476,12 @@ def install_audit_hook(workdir: str, read_roots: list[str], devices: list[str], 
         elif event == "ctypes.dlopen":
             if attributed_to_candidate(compilers, nobody=True):
                 refuse(f"native_code:{event}")
+        elif event in FOREIGN_CALL_EVENTS:  # ctypes.pythonapi reaches frames and fork with no event of their own
+            if attributed_to_candidate(trusted, nobody=False):
+                refuse(f"native_code:{event}")
         elif event in INTROSPECTION_EVENTS:  # namedtuple reads its caller's module name from a frame
-            if attributed_to_candidate(generators, nobody=False):
+            if attributed_to_candidate(generators, nobody=event not in FRAME_READS,
+                                       names=OPERATION_NAMES.get(event, ())):
                 detail = f"{event}({args[1]})" if event.startswith("object.") else event
                 refuse(f"introspection:{detail}")
         elif event == "import":
@@ -465,7 +494,7 @@ def install_audit_hook(workdir: str, read_roots: list[str], devices: list[str], 
                 return
             if event == "exec" and kind(getattr(args[0], "co_filename", "<unknown>")) not in ("mine", "through"):
                 return  # an installed file's code: its text or bytecode was checked when it was loaded
-            if attributed_to_candidate(generators, nobody=True):
+            if attributed_to_candidate(generators, nobody=True, names=OPERATION_NAMES.get(event, ())):
                 refuse(f"dynamic_code:{event}")
 
     sys.addaudithook(hook)

@@ -36,9 +36,9 @@ _ITIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
 
 
 def _members(namespace: dict) -> dict[str, int]:
-    """Identity of every function and class: what a patch replaces (data and submodules change legitimately)."""
+    """Identity of every function, class and module it names: what a patch replaces (data changes legitimately)."""
     return {name: id(value) for name, value in list(namespace.items())
-            if callable(value) and not isinstance(value, ModuleType)}
+            if callable(value) or isinstance(value, ModuleType)}
 
 
 class Snapshot:
@@ -90,30 +90,10 @@ class Snapshot:
 
 
 def _differences(owner: str, namespace, members: dict[str, int]) -> list[str]:
-    now = _members(dict(namespace))
-    changed = [k for k, ident in members.items() if now.get(k) != ident]
-    added = [k for k in now if k not in members and not k.startswith("__")]
+    """Functions, classes and modules replaced or removed, and functions added (a submodule imported later is not
+    a patch)."""
+    now = dict(namespace)
+    changed = [k for k, ident in members.items() if k not in now or id(now[k]) != ident]
+    added = [k for k, v in now.items() if k not in members and not k.startswith("__") and callable(v)
+             and not isinstance(v, ModuleType)]
     return [f"monkey_patch:{owner}.{k}" for k in sorted(changed + added)[:8]]
-
-
-def refuse_operator_registration(violations: list[str]) -> None:
-    """Python kernels registered into torch's dispatcher (torch.library) would run inside ops the harness itself
-    calls (copy_, the RNG, serialization), outside the candidate's calls: refused from here on, unless torch's own
-    code asks (a lazily imported torch module registering its operators)."""
-    original = torch._C._dispatch_library
-    torch_dir = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
-    library = os.path.join(torch_dir, "library.py")
-    getframe = sys._getframe
-
-    def guarded(*args, **kwargs):
-        frame = getframe(1)
-        while frame is not None and os.path.realpath(frame.f_code.co_filename) == library:
-            frame = frame.f_back
-        if frame is None or not os.path.realpath(frame.f_code.co_filename).startswith(torch_dir):
-            code = "monkey_patch:torch.library (operator registration)"
-            if code not in violations:
-                violations.append(code)
-            raise PermissionError(f"gym sandbox: {code} is not allowed")
-        return original(*args, **kwargs)
-
-    torch._C._dispatch_library = guarded

@@ -78,6 +78,7 @@ class CandidateProcess:
     report: int
     workdir: str
     deadline: float
+    output: int = -1  # the judge's own descriptor of output.log: a file the candidate swaps or links is not read
     pid: int = 0
     layers: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -151,11 +152,12 @@ class CandidateProcess:
             return None
 
     def output_tail(self) -> str:
-        """The end of what the process printed (read bounded; the profiler's own start/stop lines left out)."""
+        """The end of what the process printed (read bounded, through the descriptor the judge opened on the file it
+        made; the profiler's own start/stop lines left out)."""
         try:
-            with open(os.path.join(self.workdir, "output.log"), "rb") as fh:
-                fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4 * OUTPUT_TAIL_BYTES))
-                lines = fh.read().decode(errors="replace").splitlines()
+            size = os.fstat(self.output).st_size
+            start = max(0, size - 4 * OUTPUT_TAIL_BYTES)
+            lines = os.pread(self.output, size - start, start).decode(errors="replace").splitlines()
         except OSError:
             return ""
         kept = [line for line in lines if "ActivityProfilerHandler" not in line]
@@ -175,6 +177,8 @@ class CandidateProcess:
         self.sock.close()
         os.close(self.status)
         os.close(self.report)
+        if self.output >= 0:
+            os.close(self.output)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -319,6 +323,7 @@ class Judge:
 
     def _spawn(self, cfg: EvalConfig, alone: bool) -> CandidateProcess:
         workdir = tempfile.mkdtemp(prefix="candidate-", dir=self.root)
+        output = os.open(os.path.join(workdir, "output.log"), os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         mine, theirs = wire.pair()
         status_r, status_w = os.pipe()
         lifeline_r, lifeline_w = os.pipe()
@@ -336,7 +341,8 @@ class Judge:
             theirs.close()
             for fd in (status_w, lifeline_r, report_w):
                 os.close(fd)
-        cand = CandidateProcess(mine, status_r, lifeline_w, report_r, workdir, deadline=time.monotonic() + cfg.timeout_s)
+        cand = CandidateProcess(mine, status_r, lifeline_w, report_r, workdir, deadline=time.monotonic() + cfg.timeout_s,
+                                output=output)
         started = cand.status_message(60.0)
         if started is None:
             cand.close()

@@ -67,7 +67,7 @@ def _run_candidate(req: dict, sock_fd: int, report_fd: int) -> None:
     import torch
     import triton
 
-    from . import candidate, containment, integrity
+    from . import candidate, containment, refusals
 
     cuda = req["device"] == "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 is fp32: a reference-precision comparison
@@ -79,12 +79,13 @@ def _run_candidate(req: dict, sock_fd: int, report_fd: int) -> None:
     layers = containment.contain(workdir, roots, devices, memory_mb=req["memory_mb"], cuda=cuda, cpu_s=req["cpu_s"])
     report = containment.reporter(report_fd)
     harness = candidate.hide(GYM_PACKAGE)
-    integrity.refuse_operator_registration(report)
+    refusals.refuse_operator_registration(containment.reporter(report_fd))  # reporters of their own (refusals.py)
+    refusals.refuse_host_compute(containment.reporter(report_fd))
     libraries = tuple(os.path.dirname(m.__file__) for m in (torch, triton, candidate))
     containment.install_audit_hook(workdir, roots, devices, (os.path.dirname(triton.__file__),), libraries,
                                    (GYM_PACKAGE,), report)
-    candidate.serve(socket.socket(fileno=sock_fd), workdir, req["device"], tuple(req["extra_allowed_ops"]), report,
-                    layers + req["layers"], harness)
+    candidate.serve(socket.socket(fileno=sock_fd), workdir, req["device"], tuple(req["extra_allowed_ops"]),
+                    containment.reporter(report_fd), layers + req["layers"], harness)
 
 
 def _warm_up(cuda: bool) -> None:
@@ -168,7 +169,7 @@ def main(argv: list[str]) -> int:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    from . import candidate, containment, integrity, judge, launch_hook, op_audit, wire  # noqa: F401
+    from . import candidate, containment, integrity, judge, launch_hook, op_audit, refusals, wire  # noqa: F401
 
     assert not torch.cuda.is_initialized(), "the zygote must not initialise CUDA: forked children could not use it"
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically
