@@ -5,7 +5,7 @@ correctness term there, the bound every correct answer has; it is named in CPU_B
 import pytest
 from forgeries import FORGERIES, leaked_command_lines
 from gym_paths import HONEST_RELU, MATMUL_TASK, RELU_TASK
-from hostile import GPU_ONLY_VARIANTS, HONEST_VARIANTS, HOSTILE, WRONG
+from hostile import GPU_ONLY_VARIANTS, HONEST_VARIANTS, HOSTILE, RELU, WRONG
 
 from proxycomp.gym_bridge import Candidate, EvalConfig, Evaluator, LocalPool
 
@@ -27,6 +27,17 @@ CPU_BOUNDED = {
 }
 
 
+# What the candidate process's interpreter says of bytecode: `python -I` drops PYTHONDONTWRITEBYTECODE, and a lazy
+# import by torch then tried to write __pycache__ beside the installs, a verdict blamed on an honest candidate.
+BYTECODE_PROBE = RELU + '''
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        flags = getattr(torch, "sys").flags
+        raise RuntimeError(f"probe dont_write_bytecode={flags.dont_write_bytecode}")
+'''
+
+
 def task_of(attack) -> str:
     return MATMUL_TASK if getattr(attack, "task", "relu") == "matmul" else RELU_TASK
 
@@ -45,7 +56,8 @@ def judge_all(size: str) -> dict:
         config = EvalConfig(size=size, **CONFIG)
         results = {r.id: r for r in Evaluator(pool, config).submit(batch)}
         alone = Evaluator(pool, config, static_checks=False).submit(
-            [Candidate(task_of(h), h.code, h.name) for h in ATTACKS if h.judge_alone])
+            [Candidate(task_of(h), h.code, h.name) for h in ATTACKS if h.judge_alone]
+            + [Candidate(RELU_TASK, BYTECODE_PROBE, "probe_bytecode")])
         results.update({f"alone_{r.id}": r for r in alone})
     finally:
         pool.close()
@@ -123,6 +135,7 @@ def test_what_the_verdicts_say(results):
     assert len(results["escape_huge_exception"].error) < 10_000
     # Other processes are invisible: the candidate's /proc shows its own namespace only.
     seen = results["escape_proc_of_others"].error
+    assert "probe dont_write_bytecode=1" in results["alone_probe_bytecode"].error  # the zygote runs with -B
     listed = seen.rsplit("processes I can see: ", 1)[-1].split(" | ")
     assert len(listed) == 1 and listed[0].startswith("1:") and "pytest" not in seen, seen[-600:]
     honest = results["honest_after_checker_function_mode"]
