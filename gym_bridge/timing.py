@@ -28,26 +28,35 @@ class DeviceLock:
     Workers sharing a GPU (LocalPool with more workers than GPUs, or two RL runs on one machine) load, compile
     and check candidates at the same time, but never time two at once: a kernel timed beside another process's
     kernels is slowed by them (measured on the H200 beside a sampling policy: swiglu 2.47 ms instead of 0.09 ms).
-    Sharers do not exclude each other. flock: the kernel releases the lock when its holder dies (timeout kill,
-    crash).
+    Sharers do not exclude each other. A timing that waits goes first: it holds a gate (a second lock file) that
+    every new sharer passes through, so sharers that keep overlapping cannot keep it waiting. flock: the kernel
+    releases the locks when their holder dies (timeout kill, crash).
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        self.gate = os.open(path + ".gate", os.O_RDWR | os.O_CREAT, 0o666)
+
+    def _poll(self, fd: int, started: float, timeout_s: float) -> None:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if clock() - started > timeout_s:
+                    raise TimeoutError(f"the GPU timing lock {self.path} stayed taken for {timeout_s:g} s") from None
+                _sleep(0.005)
 
     @contextlib.contextmanager
     def hold(self, timeout_s: float) -> Iterator[float]:
         """Yields the seconds spent waiting; TimeoutError when the lock stays taken for `timeout_s`."""
         started = clock()
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if clock() - started > timeout_s:
-                    raise TimeoutError(f"the GPU timing lock {self.path} stayed taken for {timeout_s:g} s") from None
-                _sleep(0.005)
+        self._poll(self.gate, started, timeout_s)  # from here new sharers wait behind this timing
+        try:
+            self._poll(self.fd, started, timeout_s)
+        finally:
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
         try:
             yield clock() - started
         finally:
@@ -55,10 +64,14 @@ class DeviceLock:
 
     @contextlib.contextmanager
     def share(self) -> Iterator[float]:
-        """Shared hold, waiting as long as a timing takes (yields the seconds waited); not re-entrant (a nested exit
-        would release it)."""
+        """Shared hold, waiting as long as a timing takes, and behind a timing that waits (yields the seconds
+        waited); not re-entrant (a nested exit would release it)."""
         started = clock()
-        fcntl.flock(self.fd, fcntl.LOCK_SH)
+        fcntl.flock(self.gate, fcntl.LOCK_SH)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
         try:
             yield clock() - started
         finally:

@@ -1,5 +1,6 @@
 """Workers sharing a GPU: how they are dealt over GPUs, and the lock that keeps their timing apart."""
 import os
+import select
 import signal
 import time
 
@@ -86,3 +87,30 @@ def test_a_share_waits_for_a_timing_in_progress(tmp_path):
         waited = time.monotonic() - started
     os.waitpid(pid, 0)
     assert 0.1 < waited < 5.0
+
+
+def test_a_waiting_timing_goes_before_sharers_that_keep_overlapping(tmp_path):
+    """Two sharers that hand the GPU to each other never leave it free; a timing that waits still gets it within one
+    share, because new sharers queue behind it (without the gate, the check phases of the other workers starved the
+    timing ones on the H200)."""
+    path = str(tmp_path / "gpu0.lock")
+    stop_r, stop_w = os.pipe()
+    pids = []
+    for offset in (0.0, 0.1):
+        pid = os.fork()
+        if pid == 0:  # a worker checking candidates back to back: shares of 0.2 s, the two overlapping
+            lock = DeviceLock(path)
+            time.sleep(offset)
+            while not select.select([stop_r], [], [], 0)[0]:
+                with lock.share():
+                    time.sleep(0.2)
+            os._exit(0)
+        pids.append(pid)
+    time.sleep(0.5)
+    try:
+        with DeviceLock(path).hold(timeout_s=5.0) as waited:
+            assert waited < 1.0
+    finally:
+        os.write(stop_w, b"x")
+        for pid in pids:
+            os.waitpid(pid, 0)
