@@ -24,7 +24,6 @@ from proxycomp.kernels.reference import document_runs
 if TYPE_CHECKING:
     from torch.nn.attention.flex_attention import BlockMask
 
-ATTN_BACKENDS = ("sdpa", "triton", "flash_attn", "flex")
 EMBED_BACKENDS = ("torch", "triton")
 
 
@@ -75,8 +74,8 @@ class ModelConfig:
             raise ModelConfigError(f"model.arch.n_heads ({self.n_heads}) must be a multiple of model.arch.n_kv_heads ({self.kv_heads})")
         if self.head_dim % 2:
             raise ModelConfigError(f"RoPE needs an even head size; d_model/n_heads = {self.head_dim}")
-        if self.attn_backend not in ATTN_BACKENDS:
-            raise ModelConfigError(f"unknown model.arch.attn_backend {self.attn_backend!r}; valid: {', '.join(ATTN_BACKENDS)}")
+        if self.attn_backend not in ATTENTION:  # the table of backends below
+            raise ModelConfigError(f"unknown model.arch.attn_backend {self.attn_backend!r}; valid: {', '.join(ATTENTION)}")
         if self.embed_backend not in EMBED_BACKENDS:
             raise ModelConfigError(f"unknown model.arch.embed_backend {self.embed_backend!r}; valid: {', '.join(EMBED_BACKENDS)}")
 
@@ -199,6 +198,83 @@ def cu_seqlens(doc_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
     return bounds, int((bounds[1:] - bounds[:-1]).max())
 
 
+# ---- attention backends: each takes q, k, v as (B, T, heads, head_dim) and returns (B, T, n_heads, head_dim) ----
+class SdpaAttention:
+    """torch's scaled_dot_product_attention, with a dense document mask: the CPU path and the reference."""
+
+    def layout(self, doc_ids: torch.Tensor | None, batch: int, t: int, device: torch.device) -> None:
+        return None
+
+    def __call__(self, q, k, v, doc_ids: torch.Tensor | None, layout: None) -> torch.Tensor:
+        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if doc_ids is None:
+            out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True)
+        else:
+            out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=document_mask(doc_ids, doc_ids), enable_gqa=True)
+        return out.transpose(1, 2)
+
+
+class TritonAttention:
+    """proxycomp's document-masked flash attention; the document bounds are made once per forward."""
+
+    def __init__(self) -> None:  # resolved at construction: a missing kernel fails now, not mid-run
+        kernel = _load_kernel("attention", "attn_backend")
+        self.attend, self.bounds = kernel.flash_attention, kernel.document_bounds
+
+    def layout(self, doc_ids: torch.Tensor | None, batch: int, t: int, device: torch.device):
+        return None if doc_ids is None else self.bounds(doc_ids)
+
+    def __call__(self, q, k, v, doc_ids: torch.Tensor | None, layout) -> torch.Tensor:
+        out = self.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), doc_bounds=layout, causal=True)
+        return out.transpose(1, 2)
+
+
+class FlexAttention:
+    """torch's FlexAttention with a block mask of the documents (made once per forward)."""
+
+    def __init__(self) -> None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        self.attend = flex_attention
+
+    def layout(self, doc_ids: torch.Tensor | None, batch: int, t: int, device: torch.device) -> BlockMask:
+        return document_block_mask(doc_ids, batch, t, device)
+
+    def __call__(self, q, k, v, doc_ids: torch.Tensor | None, layout: BlockMask) -> torch.Tensor:
+        out = self.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=layout, enable_gqa=True)
+        return out.transpose(1, 2)
+
+
+class FlashAttnVarlen:
+    """The flash-attn package's varlen kernel over the flattened batch, one sequence per document."""
+
+    def __init__(self) -> None:
+        try:
+            from flash_attn import flash_attn_varlen_func
+        except ImportError as err:
+            raise ModelConfigError(f"model.arch.attn_backend='flash_attn' needs the flash-attn package ({err}); "
+                                   f"install it or use 'sdpa'/'triton'") from err
+        self.attend = flash_attn_varlen_func
+
+    def layout(self, doc_ids: torch.Tensor | None, batch: int, t: int, device: torch.device) -> None:
+        return None
+
+    def __call__(self, q, k, v, doc_ids: torch.Tensor | None, layout: None) -> torch.Tensor:
+        b, t, h, d = q.shape
+        if doc_ids is None:
+            doc_ids = torch.zeros(b, t, dtype=torch.long, device=q.device)
+        bounds, longest = cu_seqlens(doc_ids)
+        out = self.attend(q.reshape(b * t, h, d), k.reshape(b * t, -1, d), v.reshape(b * t, -1, d),
+                          cu_seqlens_q=bounds, cu_seqlens_k=bounds, max_seqlen_q=longest, max_seqlen_k=longest,
+                          causal=True)
+        if isinstance(out, tuple):  # some flash-attn releases also return the log-sum-exp
+            out = out[0]
+        return out.view(b, t, h, d)
+
+
+ATTENTION = {"sdpa": SdpaAttention, "triton": TritonAttention, "flash_attn": FlashAttnVarlen, "flex": FlexAttention}
+
+
 class KVCache:
     """Keys and values of every layer for batched decoding, plus the document id of each cached slot.
 
@@ -252,21 +328,7 @@ class Attention(nn.Module):
         self.wk = nn.Linear(config.d_model, config.kv_heads * hd, bias=False)
         self.wv = nn.Linear(config.d_model, config.kv_heads * hd, bias=False)
         self.wo = nn.Linear(config.n_heads * hd, config.d_model, bias=False)
-        # Resolve the kernel once, so a missing backend fails at construction, not mid-run.
-        if config.attn_backend == "triton":
-            self._flash_attention = _load_kernel("attention", "attn_backend").flash_attention
-        elif config.attn_backend == "flash_attn":
-            try:
-                from flash_attn import flash_attn_varlen_func
-            except ImportError as err:
-                raise ModelConfigError(
-                    f"model.arch.attn_backend='flash_attn' needs the flash-attn package ({err}); install it or use 'sdpa'/'triton'"
-                ) from err
-            self._flash_attn_varlen_func = flash_attn_varlen_func
-        elif config.attn_backend == "flex":
-            from torch.nn.attention.flex_attention import flex_attention
-
-            self._flex_attention = flex_attention
+        self.attend = ATTENTION[config.attn_backend]()
 
     def forward(
         self,
@@ -289,35 +351,9 @@ class Attention(nn.Module):
             k_all, v_all = cache.append(self.layer, k.transpose(1, 2), v.transpose(1, 2))
             out = F.scaled_dot_product_attention(q.transpose(1, 2), k_all, v_all, attn_mask=cache_mask, enable_gqa=True)
             out = out.transpose(1, 2)
-        elif cfg.attn_backend == "sdpa":
-            qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            if doc_ids is None:
-                out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True)
-            else:
-                out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=document_mask(doc_ids, doc_ids), enable_gqa=True)
-            out = out.transpose(1, 2)
-        elif cfg.attn_backend == "triton":
-            out = self._flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), doc_bounds=doc_layout, causal=True)
-            out = out.transpose(1, 2)
-        elif cfg.attn_backend == "flex":
-            out = self._flex_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=doc_layout, enable_gqa=True)
-            out = out.transpose(1, 2)
         else:
-            out = self._flash_attn_varlen(q, k, v, doc_ids)
+            out = self.attend(q, k, v, doc_ids, doc_layout)
         return self.wo(out.reshape(b, t, cfg.n_heads * cfg.head_dim))
-
-    def _flash_attn_varlen(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, doc_ids: torch.Tensor | None) -> torch.Tensor:
-        b, t, h, d = q.shape
-        if doc_ids is None:
-            doc_ids = torch.zeros(b, t, dtype=torch.long, device=q.device)
-        bounds, longest = cu_seqlens(doc_ids)
-        out = self._flash_attn_varlen_func(
-            q.reshape(b * t, h, d), k.reshape(b * t, -1, d), v.reshape(b * t, -1, d),
-            cu_seqlens_q=bounds, cu_seqlens_k=bounds, max_seqlen_q=longest, max_seqlen_k=longest, causal=True,
-        )
-        if isinstance(out, tuple):  # some flash-attn releases also return the log-sum-exp
-            out = out[0]
-        return out.view(b, t, h, d)
 
 
 class SwiGLU(nn.Module):
@@ -370,8 +406,7 @@ class Transformer(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith(("attn.wo.weight", "mlp.w_down.weight")):
                 nn.init.normal_(p, std=0.02 / math.sqrt(2 * config.n_layers))
-        if config.attn_backend == "triton":
-            self._document_bounds = _load_kernel("attention", "attn_backend").document_bounds
+        self.doc_layout = ATTENTION[config.attn_backend]().layout
         if config.embed_backend == "triton":
             self._embedding_rmsnorm = _load_kernel("embedding", "embed_backend").embedding_rmsnorm
 
@@ -416,11 +451,8 @@ class Transformer(nn.Module):
         cache_mask = None
         if cache is not None:
             cache_mask = cache.visible(doc_ids if doc_ids is not None else torch.zeros_like(input_ids))
-        doc_layout = None  # once here rather than in every layer
-        if self.config.attn_backend == "triton" and doc_ids is not None and cache is None:
-            doc_layout = self._document_bounds(doc_ids)
-        elif self.config.attn_backend == "flex" and cache is None:
-            doc_layout = document_block_mask(doc_ids, b, t, input_ids.device)
+        # once here rather than in every layer (decoding with a cache takes sdpa, which needs none)
+        doc_layout = None if cache is not None else self.doc_layout(doc_ids, b, t, input_ids.device)
         x, normed = self.embed_ids(input_ids, cache)
         for block in self.blocks:
             x = block(x, rope, doc_ids, cache, cache_mask, doc_layout, normed)

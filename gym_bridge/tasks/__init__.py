@@ -23,11 +23,12 @@ from pathlib import Path
 
 from proxycomp.errors import UserError
 
+from ..config import SIZES
+
 TASKS_DIR = Path(str(resources.files(__name__)))
 SOLUTIONS_DIR = Path(str(resources.files("proxycomp.gym_bridge.solutions")))
 SPLITS_FILE = "splits.json"
 CATEGORIES = ("elementwise", "reduction", "norm", "loss", "scan", "matmul_fusion", "conv_pool")
-SIZE_NAMES = ("cpu", "gpu", "gpu_heldout")
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 CUSTOM_CATEGORY = "custom"
 
@@ -102,7 +103,7 @@ def _parse_task(path: Path) -> Task:
         ):
             raise TaskError(
                 f"task file {path}: SIZES must be a dict literal keyed by size name, "
-                f"e.g. SIZES = {{\"cpu\": dict(dim=300), ...}} with keys from {SIZE_NAMES}"
+                f"e.g. SIZES = {{\"cpu\": dict(dim=300), ...}} with keys from {SIZES}"
             )
         sizes = tuple(k.value for k in keys)  # type: ignore[union-attr]
     return Task(name=path.stem, path=path.resolve(), category=category, sizes=sizes)

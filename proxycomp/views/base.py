@@ -31,6 +31,17 @@ class View(ABC):
         self.offset = offset
         self.size = size
 
+    @classmethod
+    @abstractmethod
+    def symbols(cls, config) -> int:
+        """How many ids of the shared vocabulary the view takes under `config` (a registry.ViewConfig)."""
+
+    @classmethod
+    @abstractmethod
+    def from_config(cls, offset: int, config, spm_model: bytes | None) -> View:
+        """The view at `offset` under `config` (a registry.ViewConfig; `spm_model`: a serialized SentencePiece
+        model, for spm)."""
+
     @abstractmethod
     def encode_array(self, data: bytes) -> np.ndarray:
         """Global symbol ids (int32) for one document."""

@@ -14,6 +14,10 @@ class _ByteView(View):
     def __init__(self, offset: int) -> None:
         super().__init__(offset, BYTE_SYMBOLS)
 
+    @classmethod
+    def symbols(cls, config) -> int:
+        return BYTE_SYMBOLS
+
     def _to_symbols(self, data: bytes) -> np.ndarray:
         return np.frombuffer(data, dtype=np.uint8).astype(SYMBOL_DTYPE) + self.offset
 
@@ -26,6 +30,10 @@ class RawView(_ByteView):
     """Identity: byte b is symbol ``offset + b``."""
 
     name = "raw"
+
+    @classmethod
+    def from_config(cls, offset: int, config, spm_model: bytes | None) -> RawView:
+        return cls(offset)
 
     def encode_array(self, data: bytes) -> np.ndarray:
         return self._to_symbols(data)
@@ -42,6 +50,10 @@ class ZstdView(_ByteView):
     """
 
     name = "zstd"
+
+    @classmethod
+    def from_config(cls, offset: int, config, spm_model: bytes | None) -> ZstdView:
+        return cls(offset, config.zstd_level)
 
     def __init__(self, offset: int, level: int = 3) -> None:
         super().__init__(offset)
@@ -78,6 +90,10 @@ class BrotliView(_ByteView):
     """A raw brotli stream per document (brotli has no container; the stream is the format)."""
 
     name = "brotli"
+
+    @classmethod
+    def from_config(cls, offset: int, config, spm_model: bytes | None) -> BrotliView:
+        return cls(offset, config.brotli_quality)
 
     def __init__(self, offset: int, quality: int = 5) -> None:
         super().__init__(offset)

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proxycomp.views.base import View, ViewError
-from proxycomp.views.byte_codecs import BYTE_SYMBOLS, BrotliView, RawView, ZstdView
+from proxycomp.views.byte_codecs import BrotliView, RawView, ZstdView
 from proxycomp.views.spm import SpmView
 from proxycomp.vocab import Vocabulary
 
@@ -49,24 +49,10 @@ class ViewConfig:
         check_view_names(self.names)
 
     def vocabulary(self) -> Vocabulary:
-        """Compressed ranges follow the order of `names`."""
-        sizes = {"spm": self.spm_vocab_size, "zstd": BYTE_SYMBOLS, "brotli": BYTE_SYMBOLS}
-        return Vocabulary(tuple((name, sizes[name]) for name in self.names if name != "raw"))
+        """Compressed ranges follow the order of `names` (raw bytes have their fixed range)."""
+        return Vocabulary(tuple((name, VIEW_CLASSES[name].symbols(self)) for name in self.names if name != "raw"))
 
     def build(self, spm_model: bytes | None = None) -> dict[str, View]:
         """The codecs, keyed by name; `spm_model` (a serialized SentencePiece model) is needed for `spm`."""
         vocab = self.vocabulary()
-        views: dict[str, View] = {}
-        for name in self.names:
-            offset = vocab.offset(name)
-            if name == "raw":
-                views[name] = RawView(offset)
-            elif name == "zstd":
-                views[name] = ZstdView(offset, self.zstd_level)
-            elif name == "brotli":
-                views[name] = BrotliView(offset, self.brotli_quality)
-            else:
-                if spm_model is None:
-                    raise ViewError("the spm view needs a trained SentencePiece model (train_spm) before it is built")
-                views[name] = SpmView(offset, self.spm_vocab_size, spm_model)
-        return views
+        return {name: VIEW_CLASSES[name].from_config(vocab.offset(name), self, spm_model) for name in self.names}

@@ -29,6 +29,16 @@ class SpmView(View):
 
     name = "spm"
 
+    @classmethod
+    def symbols(cls, config) -> int:
+        return config.spm_vocab_size
+
+    @classmethod
+    def from_config(cls, offset: int, config, spm_model: bytes | None) -> SpmView:
+        if spm_model is None:
+            raise ViewError("the spm view needs a trained SentencePiece model (train_spm) before it is built")
+        return cls(offset, config.spm_vocab_size, spm_model)
+
     def __init__(self, offset: int, size: int, model: bytes) -> None:
         super().__init__(offset, size)
         try:

@@ -21,7 +21,7 @@ from triton.runtime.jit import JITFunction
 
 from proxycomp.gym_bridge.tasks import (
     CATEGORIES,
-    SIZE_NAMES,
+    SIZES,
     TASKS_DIR,
     TaskError,
     list_tasks,
@@ -88,7 +88,7 @@ def test_task_set_covers_every_category():
 @pytest.mark.parametrize("task", TASKS, ids=TASK_IDS)
 def test_task_runs_at_cpu_size(task):
     loaded = load_task(task.name)
-    assert loaded == task and set(loaded.sizes) == set(SIZE_NAMES)
+    assert loaded == task and set(loaded.sizes) == set(SIZES)
     module = _import(task.path, "task")
     assert module.CATEGORY == task.category and tuple(module.SIZES) == task.sizes
     model = module.Model(*module.get_init_inputs("cpu"))
