@@ -6,15 +6,17 @@ discarded. While it is still clean it sets up its instruments: the device, Trito
 answers the judge's requests (wire.py):
 
     stage     the task (its source: references are not secret) and the timing input sets, drawn on the device from
-              seeds the judge sends; the shapes of the outputs (GPU only)
+              seeds the judge sends (GPU only)
     trial     one timed request: refill an input set from a seed revealed only now, time one call with CUDA events,
               and answer with the time and a fingerprint of the outputs under a key revealed only now (timing.py);
-              "null" times a no-op instead (the judge's calibration, asked for before the candidate's code exists)
+              "null" times a no-op instead and fingerprints the last trial's outputs: the same steps but the call,
+              which the judge subtracts from the trials on its clock
     load      the candidate's module, and ModelNew built under the judge's initialization seed
     call      one forward on the inputs a seed of the judge's stands for (drawn here, as the judge draws its own
               copy): the outputs (into the judge's reply buffer), their types, the Triton launches, the aten ops
               that the dispatch audit and the profiler saw, whether the inputs changed
-    profile   a few calls on one input set under the profiler: the kernels, their device time, the ops
+    profile   a few calls on one input set under the profiler, each output detached as a trial's fingerprint does
+              (work deferred to that moment shows here): the kernels, their device time, the ops
 
 Every answer is a claim: the judge compares outputs and fingerprints with its own reference and times each trial on
 its own clock. What this process finds against the candidate (a refusal of the audit hook, a changed instrument, a
@@ -24,6 +26,7 @@ takes it back.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import os
 import signal
@@ -56,6 +59,7 @@ def candidate_code():
     finally:
         signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
 NAMES_KEPT = 200  # kernel and op names reported per profile
+OUTPUTS_MARK = "gym:outputs"  # the profiler range in which the harness detaches the outputs the call returned
 
 
 class Session:
@@ -69,7 +73,7 @@ class Session:
         self.task: Any = None
         self.size = ""
         self.sets: list[list] = []  # timing inputs, refilled in place by every trial
-        self.dummies: list[torch.Tensor] = []  # outputs' shapes, fingerprinted by the null trials
+        self.last: list[torch.Tensor] = []  # the last trial's outputs, fingerprinted again by a null trial
         self.previous: list = []  # the inputs of the last call, refilled in place by a "refill" call
         # Saved before the candidate exists: the checks and the trial loop use these objects only.
         self.equal, self.isnan = torch.equal, torch.Tensor.isnan
@@ -77,6 +81,9 @@ class Session:
         self.synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
         self.flush, self.clock = sys.stdout.flush, time.perf_counter  # the bound method: a patch on the object misses
         self.changes = lambda: []
+        # Bound now, not looked up per call: a module swapped into sys.modules later cannot blind the profiler.
+        self.profile, self.activity, self.mark = torch.profiler.profile, torch.profiler.ProfilerActivity, \
+            torch.profiler.record_function
 
     def audit(self) -> None:
         """Report what changed in the process since the snapshot (each difference once)."""
@@ -105,24 +112,30 @@ def _type_name(value: Any) -> str:
     return f"{module if type(module) is str else '?'}.{described['__qualname__'].__get__(cls)}"
 
 
-def _profile(activities_cuda: bool):
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if activities_cuda else [])
-    return profile(activities=activities)
+def _profile(session: Session, cuda: bool):
+    """The profiler; device activity only where kernels are counted (a CUDA session costs ~0.1 s to start and stop,
+    and a correctness call needs only the ops)."""
+    activity = session.activity
+    return session.profile(activities=[activity.CPU] + ([activity.CUDA] if cuda else []))
 
 
 def _summarize(prof, launched: list[str]) -> dict:
-    """Kernel names with their device microseconds, aten op names with their counts, the Triton launches."""
+    """Kernel names with their device microseconds, aten op names with their counts (and those that ran while the
+    harness handled the outputs, after the call had returned), the Triton launches."""
     kernels: Counter = Counter()
     ops: Counter = Counter()
-    for evt in prof.events():
+    late: Counter = Counter()
+    events = prof.events()
+    marks = [evt.time_range for evt in events if evt.name == OUTPUTS_MARK]
+    for evt in events:
         if str(getattr(evt, "device_type", "")).endswith("CUDA"):
             kernels[evt.name] += evt.time_range.elapsed_us()
         elif evt.name.startswith("aten::"):
             ops[evt.name.removeprefix("aten::")] += 1
+            if any(m.start <= evt.time_range.start <= m.end for m in marks):
+                late[evt.name.removeprefix("aten::")] += 1
     return {"kernels": dict(kernels.most_common(NAMES_KEPT)), "ops": dict(ops.most_common(NAMES_KEPT)),
-            "launches": sorted(set(launched))[:NAMES_KEPT]}
+            "late_ops": dict(late.most_common(NAMES_KEPT)), "launches": sorted(set(launched))[:NAMES_KEPT]}
 
 
 def _module(session: Session, name: str, source: str):
@@ -181,13 +194,18 @@ def _call(session: Session, msg: dict, fds: list[int]) -> dict:
     audit = OpAudit(session.extra_allowed_ops)
     session.recorder.names.clear()
     try:
-        with torch.set_grad_enabled(bool(msg["grad"])), _profile(session.device == "cuda") as prof, audit:
-            with candidate_code():
-                out = session.model(*inputs)
-            session.synchronize()
+        with torch.set_grad_enabled(bool(msg["grad"])), _profile(session, cuda=False) as prof:
+            with audit:
+                with candidate_code():
+                    out = session.model(*inputs)
+                session.synchronize()
+            outputs = _flat(out)
+            with session.mark(OUTPUTS_MARK):  # what the harness does to outputs computes nothing
+                for o in outputs:
+                    if type(o) is torch.Tensor:
+                        o.detach()
     except BaseException as exc:  # noqa: BLE001
         return _error("forward", exc)
-    outputs = _flat(out)
     reply = {
         "types": [_type_name(o) for o in outputs],
         "audit_ops": sorted(audit.compute_ops),
@@ -213,8 +231,6 @@ def _same(session: Session, a: Any, b: Any) -> bool:
 def _stage(session: Session, msg: dict, fds: list[int]) -> dict:
     _task(session, msg)
     session.sets = [draw_inputs(session.task, session.size, seed, session.device) for seed in msg["seeds"]]
-    session.dummies = [torch.zeros(spec["shape"], dtype=wire.DTYPES[spec["dtype"]], device=session.device)
-                       for spec in msg["outputs"]]
     return {"ok": True}
 
 
@@ -223,22 +239,31 @@ def _noop(*inputs: Any) -> None:
 
 
 def _trial(session: Session, msg: dict, fds: list[int]) -> dict:
-    """One timed request; everything in it is on the judge's clock."""
+    """One timed request; everything in it is on the judge's clock. The collector is off in it (a finalizer of the
+    candidate's garbage would otherwise run inside a null trial and lengthen what the judge subtracts)."""
+    null = bool(msg.get("null"))
+    if null and not session.last:
+        return {"error": "timing: a null trial before any timed trial"}
     inputs = session.sets[msg["set"]]
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         refill(inputs, draw_inputs(session.task, session.size, msg["seed"], session.device))
         session.synchronize()
         started = session.clock()
         with candidate_code():  # a null trial unblocks too: the same steps, the same cost
-            ms, out = timed_call(_noop if msg.get("null") else session.model, inputs, session.event,
-                                 session.synchronize)
+            ms, out = timed_call(_noop if null else session.model, inputs, session.event, session.synchronize)
         host_ms = (session.clock() - started) * 1e3
-        outputs = session.dummies if msg.get("null") else _flat(out)
+        outputs = session.last if null else _flat(out)
         if not all(type(o) is torch.Tensor for o in outputs):
             return {"error": "timing: an output is not a plain tensor"}
         fingerprint, _ = projection(outputs, msg["key"], session.device)
+        session.last = outputs
     except BaseException as exc:  # noqa: BLE001
         return _error("timing", exc)
+    finally:
+        if collecting:
+            gc.enable()
     return {"ms": ms, "host_ms": host_ms, "fingerprint": fingerprint}
 
 
@@ -246,10 +271,13 @@ def _profile_op(session: Session, msg: dict, fds: list[int]) -> dict:
     inputs = session.sets[msg["set"]]
     session.recorder.names.clear()
     try:
-        with torch.no_grad(), _profile(True) as prof:
+        with torch.no_grad(), _profile(session, cuda=True) as prof:
             for _ in range(msg["calls"]):
                 with candidate_code():
-                    session.model(*inputs)
+                    out = session.model(*inputs)
+                for o in _flat(out):
+                    if type(o) is torch.Tensor:
+                        o.detach()
                 session.synchronize()
     except BaseException as exc:  # noqa: BLE001
         return _error("profile", exc)

@@ -180,7 +180,10 @@ def _cmd_bench(args, argv: list[str]) -> int:
               flush=True)
     by_id = {e.id: e for e in todo}
 
+    finished_at: list[float] = []
+
     def finished(result: EvalResult) -> None:
+        finished_at.append(time.monotonic())
         record = row(result, result.id)
         rows.append(record)
         if args.results:
@@ -191,7 +194,9 @@ def _cmd_bench(args, argv: list[str]) -> int:
     started = time.monotonic()
     results = []
     if todo:
-        with Evaluator(open_pool(args.workers, args.ray), config) as ev:
+        pool = open_pool(args.workers, args.ray)
+        workers = getattr(pool, "num_workers", 1)
+        with Evaluator(pool, config) as ev:
             results = ev.submit([Candidate(task=str(e.task.path), code=e.path.read_text(), id=e.id)
                                  for e in by_id.values()], on_result=finished)
     wall = time.monotonic() - started
@@ -200,13 +205,23 @@ def _cmd_bench(args, argv: list[str]) -> int:
     line = summary_line(stats)
     if results:
         line += (f"; wall {wall:.1f} s for {len(results)} candidates: {wall / len(results):.2f} s per candidate, "
-                 f"{60 * len(results) / wall:.1f} candidates/min; judge seconds per candidate: {stage_means(results)}")
+                 f"{60 * len(results) / wall:.1f} candidates/min{steady_rate(finished_at, workers)}; "
+                 f"judge seconds per candidate: {stage_means(results)}")
     print(json.dumps(rows, indent=1) if args.json else f"{text}\n{line}")
     if args.json:
         print(line, file=sys.stderr)
     if args.record:
         _record(args.benchmarks, config.size, argv, text, line, results)
     return 0 if all(r["correct"] for r in rows) else 1
+
+
+def steady_rate(finished_at: list[float], workers: int) -> str:
+    """The rate once every worker has finished its first candidate (which pays for starting its judge process): what
+    a long-lived pool, as RL keeps one, sustains."""
+    if len(finished_at) <= 2 * workers:
+        return ""
+    span = finished_at[-1] - finished_at[workers - 1]
+    return f" ({60 * (len(finished_at) - workers) / span:.1f}/min after each worker's first)" if span > 0 else ""
 
 
 def stage_means(results: list[EvalResult]) -> str:

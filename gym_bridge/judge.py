@@ -5,27 +5,29 @@ zygote for a fresh candidate process, drives it (candidate.py) and answers with 
 
 1. the task and its reference, built here from an initialization seed drawn per evaluation (the candidate builds
    ModelNew under the same seed, so weights match as in KernelBench);
-2. on the GPU, before the candidate's code exists: the timing input sets are staged in its process and null trials
-   measure, on this process's clock, what a timed request costs when the call does nothing;
-3. the candidate's code, loaded in its process;
-4. correctness: K calls on inputs that a secret per-evaluation seed stands for (the judge draws its copy, the
+2. the candidate's code, loaded in its process;
+3. correctness: K calls on inputs that a secret per-evaluation seed stands for (the judge draws its copy, the
    candidate process its own, from the seed revealed in that call's request), each output compared here with the
    reference's on the judge's copy; the last call's tensors refilled (a cache keyed on them goes stale); a
    grad-mode call; every call must launch a Triton kernel;
-5. on the GPU, holding the device lock: trials of the reference (here) and of the candidate (in its process)
-   interleaved, each on inputs refilled from a seed revealed only in that trial, after the L2 is flushed from here.
-   The candidate's time is this process's clock around its trial request less the null trials' cost (floors of
-   both); the time its process reports can only make it longer. Each trial's answer carries a fingerprint of the outputs under a key
-   revealed in the same request, compared with the reference's: the whole output was computed inside the window
-   that was timed. Then a few calls under the profiler give the coverage (the share of device time in the
-   candidate's own @triton.jit kernels, by exact name), which can only lower the reward;
-6. the verdicts and the reward; the candidate process is killed and its folder removed.
+4. on the GPU: the timing input sets staged in the candidate's process (beside others' checks), then, holding the
+   device lock once: trials of the reference (here) and of the candidate (in its process) interleaved, each on
+   inputs refilled from a seed revealed only in that trial, after the L2 is flushed from here, and after each
+   candidate trial a null trial (the same request with the call left out, fingerprinting the same outputs).
+   The candidate's time is this process's clock around its trial requests less the null trials' (floors of both);
+   the time its process reports can only make it longer. Each trial's answer carries a fingerprint of the outputs
+   under a key revealed in the same request, compared with the reference's: the whole output was computed inside
+   the window that was timed. Then a few calls under the profiler give the coverage (the share of device time in
+   the candidate's own @triton.jit kernels, by exact name), which can only lower the reward, and device work that
+   no observed op explains, or a round trip through the host, is a verdict;
+5. the verdicts and the reward; the candidate process is killed and its folder removed.
 What the candidate process says of itself (launches, ops, types, mutation, refusals, its own timings, its profile)
 can only add verdicts or lower the reward (reward.py, docs/gym.md).
 """
 from __future__ import annotations
 
 import ast
+import contextlib
 import fcntl
 import json
 import math
@@ -51,12 +53,14 @@ from .result import EvalResult
 from .reward import finish
 from .timing import DeviceLock, clock, draw_inputs, projection, projection_tolerance, refill, timed_call
 
-CALIBRATION_TRIALS = 10
-NULL_EVERY = 3  # a null trial after every third timed trial, beside the calibration before the candidate's code
 OUTPUT_TAIL_BYTES = 2000
 OUT_OF_MEMORY = ("MemoryError", "can't allocate memory", "out of memory", "OutOfMemoryError")
 MAX_OUTPUT_FACTOR = 2  # a candidate's outputs may hold at most this many times the reference's bytes (+ 1 MiB)
 PROFILE_SLACK = 1.5  # the profile's device time may exceed the profiled request's wall time by this factor at most
+UNEXPLAINED_SHARE = 0.1  # device time in others' kernels with no compute op seen: above this share, a verdict
+HOST_COPY_SHARE = 0.25  # device time copying between host and device: above this share, the work went through the host
+HOST_COPIES = ("Memcpy HtoD", "Memcpy DtoH")  # the profiler's names for copies between host and device memory
+GLUE_KERNELS = ("Memset", "Memcpy DtoD", "FillFunctor", "copy_kernel")  # what glue ops (zeros, copy_, ...) launch
 
 
 class CandidateGone(Exception):
@@ -228,17 +232,33 @@ def compute_ops(names: dict[str, int] | list[str], extra_allowed: tuple[str, ...
     return {n for n in names if n not in allowed and n.split(".")[0] not in allowed}
 
 
-def judge_clock(walls: list[float], nulls: list[list[float]]) -> tuple[float, float, float]:
+def device_verdict(kernels: dict[str, float], source: set[str], torch_ops: list[str]) -> str | None:
+    """A verdict on a profile's device time (kernel name -> us): most of it copying between host and device (the
+    values were computed where no instrument looks), or others' kernels that no compute op seen by any observer
+    launched (the observers were silenced). Glue ops' kernels (fills, copies on the device) need no op to explain."""
+    total = sum(kernels.values())
+    host = sum(us for name, us in kernels.items() if name.startswith(HOST_COPIES))
+    if total > 0 and host > HOST_COPY_SHARE * total:
+        return f"host_compute:{100 * host / total:.0f}% of the device time copies to or from the host"
+    others = {name: us for name, us in kernels.items() if name not in source and not name.startswith(HOST_COPIES)
+              and not any(glue in name for glue in GLUE_KERNELS)}
+    if not torch_ops and sum(others.values()) > UNEXPLAINED_SHARE * total:
+        names = ",".join(sorted(others, key=others.get, reverse=True)[:3])
+        return f"audit_evasion:device kernels that no observed op launched ({names[:200]})"
+    return None
+
+
+def judge_clock(walls: list[float], nulls: list[float]) -> tuple[float, float, float]:
     """(the call's time on the judge's clock, its uncertainty, the null cost subtracted), in ms: the fastest timed
-    request less the fastest null trial (before the candidate's code existed or beside its trials: a candidate can
-    make null trials slower, never faster). Noise only lengthens a request, so floors are steadier than medians; the
-    uncertainty is how far each floor lies below its tenth percentile."""
-    null = [x for group in nulls for x in group]
+    request less the fastest null trial. A null trial runs beside the trials and none of the candidate's code (the
+    collector is off in it, and it fingerprints the outputs the trial before it made, so the rest of the request
+    costs the same), so the difference is the call's. Noise only lengthens a request, so floors are steadier than
+    medians; the uncertainty is how far each floor lies below its tenth percentile."""
 
     def above_floor(xs: list[float]) -> float:
         return statistics.quantiles(xs, n=10)[0] - min(xs) if len(xs) > 1 else 0.0
 
-    return min(walls) - min(null), above_floor(walls) + above_floor(null), min(null)
+    return min(walls) - min(nulls), above_floor(walls) + above_floor(nulls), min(nulls)
 
 
 class Judge:
@@ -292,6 +312,7 @@ class Judge:
             task = self._task(job.task_source)
             with self._turn(cfg, exclusive=True) if job.alone else _no_lock():
                 cand = self._spawn(cfg, job.alone)
+                _lap(res, "spawn", started)
                 res.containment = cand.layers
                 self._judge(task, job, cand, res)
         except CandidateGone as gone:
@@ -382,16 +403,16 @@ class Judge:
         def phase(exclusive: bool):  # a job that runs alone already holds the GPU for all of them
             return _no_lock() if job.alone else self._turn(cfg, exclusive)
 
-        bench = None
-        if dev == "cuda":  # before the candidate's code exists in its process
-            with phase(True) as waited:
+        @contextlib.contextmanager
+        def share():  # the time spent waiting for the GPU is not the candidate's
+            with phase(False) as waited:
                 cand.extend(waited)
-                bench = Bench(self, task, job, cand, ref, input_seed)
-                bench.calibrate()
-        with phase(False) as waited:
-            cand.extend(waited)
-            if not self._check(task, job, cand, res, ref, init_seed, input_seed, baseline_threads):
-                return
+                yield
+
+        if not self._check(task, job, cand, res, ref, init_seed, input_seed, baseline_threads, share):
+            return
+        with share():
+            bench = Bench(self, task, job, cand, ref, input_seed) if dev == "cuda" else None
         lap = _lap(res, "check", lap)
         if bench is None:
             return
@@ -402,48 +423,24 @@ class Judge:
         _lap(res, "time", lap)
 
     def _check(self, task: ModuleType, job: Job, cand: CandidateProcess, res: EvalResult, ref: Any,
-               init_seed: int, input_seed: int, baseline_threads: int | None) -> bool:
-        """Load and correctness; True when the candidate is correct so far."""
-        cfg, size, dev = job.config, job.config.size, self.device
+               init_seed: int, input_seed: int, baseline_threads: int | None, share) -> bool:
+        """Load and correctness, each request under the shared lock of its own (a timing that waits takes its turn
+        between them); True when the candidate is correct so far."""
+        cfg, size = job.config, job.config.size
         lap = clock()
-        reply, _ = cand.ask({"op": "load", "code": job.code, "task_source": job.task_source, "size": size,
-                             "init_seed": init_seed})
+        with share():
+            reply, _ = cand.ask({"op": "load", "code": job.code, "task_source": job.task_source, "size": size,
+                                 "init_seed": init_seed})
         if "error" in reply:
             self._failed(reply, res)
             return False
         res.compiled = True
         _lap(res, "load", lap)
-        calls = cfg.correct_trials
-        for trial in range(calls + 2):  # then the last call's tensors refilled (a cache goes stale), then grad mode
-            grad, refilled = trial == calls + 1, trial == calls
-            inputs = draw_inputs(task, size, input_seed + trial, dev)
-            with torch.no_grad():
-                expected = _flat(ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
-            atol, rtol = tolerances(cfg, task, expected)
-            reply, outputs = self._call(cand, input_seed + trial, grad, expected, refilled)
-            self._observe(reply, grad, cfg, res)
-            if "error" in reply:
-                self._failed(reply, res)
+        for trial in range(cfg.correct_trials + 2):  # then the last call's tensors refilled, then grad mode
+            with share():
+                correct = self._correct_call(task, cfg, cand, res, ref, input_seed, trial)
+            if not correct:
                 return False
-            if res.hacks or cand.violations:
-                return False
-            if outputs is None:
-                res.status = "incorrect"
-                res.error = f"trial {trial}: {reply.get('mismatch', 'an output is not a plain tensor')}"
-                return False
-            mismatch, err = compare(outputs, expected, atol, rtol)
-            res.max_abs_err = err if err is None else max(err, res.max_abs_err or 0.0)
-            if refilled and mismatch:
-                res.hacks.append("output_cache")  # right on fresh tensors, stale on refilled ones
-                return False
-            if trial < calls:
-                res.trials = trial + 1
-            if mismatch:
-                res.status = "incorrect"
-                res.error = f"{'grad-mode call' if grad else f'trial {trial}'}: {mismatch}"
-                return False
-            if trial < calls:
-                res.trials_passed = trial + 1
         threads = cand.threads()
         if baseline_threads and threads and threads > baseline_threads:
             res.hacks.append(f"concurrency:threads {baseline_threads}->{threads}")
@@ -452,6 +449,42 @@ class Judge:
             res.hacks.append("torch_compute:" + ",".join(res.torch_ops))
             return False
         res.status = "ok"
+        return True
+
+    def _correct_call(self, task: ModuleType, cfg: EvalConfig, cand: CandidateProcess, res: EvalResult, ref: Any,
+                      input_seed: int, trial: int) -> bool:
+        """One correctness call (the `correct_trials` first, then the last call's tensors refilled, so that a cache
+        keyed on them goes stale, then grad mode), compared here; False after a verdict."""
+        calls = cfg.correct_trials
+        grad, refilled = trial == calls + 1, trial == calls
+        inputs = draw_inputs(task, cfg.size, input_seed + trial, self.device)
+        with torch.no_grad():
+            expected = _flat(ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
+        atol, rtol = tolerances(cfg, task, expected)
+        reply, outputs = self._call(cand, input_seed + trial, grad, expected, refilled)
+        self._observe(reply, grad, cfg, res)
+        if "error" in reply:
+            self._failed(reply, res)
+            return False
+        if res.hacks or cand.violations:
+            return False
+        if outputs is None:
+            res.status = "incorrect"
+            res.error = f"trial {trial}: {reply.get('mismatch', 'an output is not a plain tensor')}"
+            return False
+        mismatch, err = compare(outputs, expected, atol, rtol)
+        res.max_abs_err = err if err is None else max(err, res.max_abs_err or 0.0)
+        if refilled and mismatch:
+            res.hacks.append("output_cache")  # right on fresh tensors, stale on refilled ones
+            return False
+        if trial < calls:
+            res.trials = trial + 1
+        if mismatch:
+            res.status = "incorrect"
+            res.error = f"{'grad-mode call' if grad else f'trial {trial}'}: {mismatch}"
+            return False
+        if trial < calls:
+            res.trials_passed = trial + 1
         return True
 
     def _call(self, cand: CandidateProcess, seed: int, grad: bool, expected: list,
@@ -489,6 +522,9 @@ class Judge:
         if seen and not audited:  # the profiler saw torch compute that the dispatch audit was kept from seeing
             res.hacks.append("audit_evasion:" + ",".join(sorted(seen)[:8]))
         res.torch_ops = sorted(set(res.torch_ops) | seen | audited)
+        late = compute_ops(reply.get("late_ops", {}), extra)
+        if late:  # the output was finished by what the harness did to it, after the call had returned
+            res.hacks.append("late_compute:" + ",".join(sorted(late)[:8]))
 
     @staticmethod
     def _failed(reply: dict, res: EvalResult) -> None:
@@ -515,15 +551,12 @@ class Bench:
         with torch.no_grad():
             outputs = _flat(ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in self.sets[0]]))
         self.atol, self.rtol = tolerances(cfg, task, outputs)
-        specs = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outputs]
         if judge.flush is None or judge.flush.numel() != cfg.l2_flush_mb << 18:
             judge.flush = torch.empty(cfg.l2_flush_mb << 18, dtype=torch.int32, device="cuda") \
                 if cfg.l2_flush_mb else None
-        reply, _ = cand.ask({"op": "stage", "task_source": job.task_source, "size": self.size, "seeds": seeds,
-                             "outputs": specs})
+        reply, _ = cand.ask({"op": "stage", "task_source": job.task_source, "size": self.size, "seeds": seeds})
         if "error" in reply:
-            raise CandidateGone("infra_error", f"staging the timing inputs failed: {reply['error'][:500]}")
-        self.nulls_before: list[float] = []
+            raise CandidateGone("error", f"staging the timing inputs failed: {reply['error'][:500]}")  # after its load
         self.host_ms: list[float] = []
 
     def _flush(self) -> None:
@@ -562,11 +595,6 @@ class Bench:
         fingerprint, weights = projection(outputs, key, self.dev)
         return ms, fingerprint, projection_tolerance(outputs, weights, self.atol, self.rtol)
 
-    def calibrate(self) -> None:
-        """Null trials before the candidate's code exists: the least a timed request costs, on this clock."""
-        walls = [self._trial(i % len(self.sets), null=True)[1] for i in range(CALIBRATION_TRIALS)]
-        self.nulls_before = walls[1:]  # the first pays one-time costs
-
     def measure(self, res: EvalResult) -> None:
         cfg = self.job.config
         timed = self._timed(res)
@@ -592,7 +620,7 @@ class Bench:
         """(credited kernel ms, reference ms, IQR of the judge's per-trial ms, the clock check), or None after a
         verdict. Reference and candidate trials alternate, on the same seeds."""
         cfg = self.job.config
-        reported, walls, ref_times, nulls_after = [], [], [], []
+        reported, walls, ref_times, nulls = [], [], [], []
         self.host_ms = []
         for i in range(cfg.warmup + cfg.timing_trials):
             k = i % len(self.sets)
@@ -603,13 +631,13 @@ class Bench:
                 res.status, res.error = "incorrect", (f"timed trial {i}: the outputs' fingerprint is off by "
                                                       f"{abs(fingerprint - expected):.3g} (tolerance {tolerance:.3g})")
                 return None
+            null_wall = self._trial(k, null=True)[1]
             if i >= cfg.warmup:
                 reported.append(ms)
                 walls.append(wall)
                 ref_times.append(ref_ms)
-                if len(walls) % NULL_EVERY == 0:
-                    nulls_after.append(self._trial(k, null=True)[1])
-        judged, margin, null = judge_clock(walls, [self.nulls_before, nulls_after])
+                nulls.append(null_wall)
+        judged, margin, null = judge_clock(walls, nulls)
         event = statistics.median(reported)
         credited = max(event, judged - margin)  # what the candidate's process reports can only lengthen it
         check = {"reported_ms": round(event, 5), "judge_ms": round(judged, 5), "margin_ms": round(margin, 5),
@@ -640,6 +668,10 @@ class Bench:
             res.hacks.append("decoy:no triton kernel in the profiled calls")
             return None
         res.torch_ops = sorted(set(res.torch_ops) | compute_ops(profile.get("ops", {}), tuple(cfg.extra_allowed_ops)))
+        verdict = device_verdict(kernels, source, res.torch_ops)
+        if verdict:
+            res.hacks.append(verdict)
+            return None
         return mine / total
 
 

@@ -4,6 +4,7 @@ import pytest
 
 from gym_paths import FIXTURES, HACKS, RELU_TASK
 from proxycomp.cli import main as proxycomp
+from proxycomp.gym_bridge.cli import steady_rate
 
 
 def main(argv: list[str]) -> int:
@@ -55,7 +56,7 @@ def test_gym_bench_prints_table_writes_results_and_records(tmp_path, monkeypatch
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "| relu | relu | ok | 1.000 | n/a | n/a |" in out and "candidates/min" in out and "fast_0 1.000" in out
-    assert "judge seconds per candidate: load " in out
+    assert "judge seconds per candidate: spawn " in out
     assert json.loads((tmp_path / "b.jsonl").read_text())["correct"] is True
     recorded = bench_md.read_text()
     assert "## Gym\n" in recorded and "`proxycomp gym bench --size cpu --tasks relu" in recorded
@@ -69,3 +70,9 @@ def test_recorded_block_lands_at_the_end_of_the_gym_section():
     out = insert_in_section(text, BENCH_HEADING, "\n### new\n")
     assert out.index("### old") < out.index("### new") < out.index("## Kernels")
     assert insert_in_section("# B\n", BENCH_HEADING, "\n### new\n") == f"# B\n\n{BENCH_HEADING}\n\n### new\n"
+
+
+def test_the_steady_rate_leaves_out_each_workers_first_candidate():
+    finished = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0]  # two workers: their first results pay for starting the judges
+    assert steady_rate(finished, 2) == " (60.0/min after each worker's first)"
+    assert steady_rate(finished[:4], 2) == ""  # too few after the first ones to say

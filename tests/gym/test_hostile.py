@@ -21,7 +21,6 @@ CPU_BOUNDED = {
     "forge_tensorbase_apply": "TensorBase.apply_, a C type's method, cannot be taken away",
     "forge_redispatch_below_python": "a redispatch below the Python key skips both observers",
     "late_sigalrm_timer": "a handler tripped inside the candidate's call runs at the next bytecode boundary",
-    "late_torch_library_detach": "the original registration function is in the guard's closure",
     "precision_tf32_default_dot": "the interpreter computes tl.dot in float32; on a GPU TF32 misses the 1e-4",
     "bounds_unmasked_load": "the interpreter reads past the tensor without a fault; the store is masked",
 }
@@ -81,13 +80,15 @@ def test_the_catalogue_covers_every_threat_class_twice():
     assert all(h.why_static for h in HOSTILE if not h.judge_alone)
 
 
-def check(results: dict, bounded: dict) -> None:
+def check(results: dict, bounded: dict, cap: float = 1.0) -> None:
+    """Every attack scores 0 but those in `bounded`, which score at most `cap`; the honest and wrong neighbours of
+    each are judged as if it had not run."""
     failures = []
     for h in ATTACKS:
         r, honest, wrong = results[h.name], results[f"honest_after_{h.name}"], results[f"wrong_after_{h.name}"]
         if h.name in bounded:
-            if r.reward > 1.0:
-                failures.append(f"{h.name}: {r.reward} above the correctness term")
+            if r.reward > cap:
+                failures.append(f"{h.name}: {r.reward} above {cap}")
         elif r.reward != 0.0 or r.correct or r.status == "ok":
             failures.append(f"{h.name}: {r.status} reward {r.reward} {r.hacks} {r.error[:200]}")
         if not (honest.status == "ok" and honest.correct and honest.reward > 0):
@@ -144,6 +145,7 @@ def test_what_the_verdicts_say(results):
 
 @pytest.mark.gpu
 def test_every_hostile_candidate_scores_zero_on_the_gpu():
-    """On the GPU the profile and the judge's clock see what the CPU cannot: only an honest kernel with an unmasked
-    load (no fault: the allocation is larger than the tensor) may score."""
-    check(judge_all("gpu"), {"bounds_unmasked_load": ""})
+    """On the GPU the profile and the judge's clock see what the CPU cannot: only the kernel with an unmasked load
+    may score, as what it is: its own Triton kernel computes the right output in the time the judge measured (it
+    reads past its input inside its own process, no fault: the allocation is larger than the tensor)."""
+    check(judge_all("gpu"), {"bounds_unmasked_load": "a correct kernel with a latent bounds bug"}, cap=4.0)

@@ -1,8 +1,10 @@
 import json
+import statistics
 
 import pytest
 
 from proxycomp.gym_bridge import EvalConfig, EvalResult, RewardWeights
+from proxycomp.gym_bridge.judge import device_verdict, judge_clock
 from proxycomp.gym_bridge.result import FEEDBACK_LIMIT
 from proxycomp.gym_bridge.reward import compute_reward
 from proxycomp.gym_bridge.static_checks import check_source
@@ -115,3 +117,24 @@ def test_a_job_crosses_the_judge_boundary_typed():
         Job.from_dict({**job.to_dict(), "candidate_code": "x"})  # the old dict's key: refused, not ignored
     with pytest.raises(ValueError, match="not a Job"):
         Job.from_dict({"id": "c0"})
+
+
+def test_the_judge_clock_is_the_floor_of_the_trials_less_the_floor_of_the_nulls():
+    walls, nulls = [2.5, 2.4, 2.6, 3.9, 2.45], [2.0, 2.1, 2.05, 4.0, 2.02]
+    judged, margin, null = judge_clock(walls, nulls)
+    assert null == 2.0 and judged == pytest.approx(0.4)
+    assert margin == pytest.approx((statistics.quantiles(walls, n=10)[0] - 2.4)
+                                   + (statistics.quantiles(nulls, n=10)[0] - 2.0))
+
+
+@pytest.mark.parametrize("kernels, ops, verdict", [
+    ({"relu_kernel": 90.0, "Memset (Device)": 40.0}, [], None),  # the candidate's kernel; glue needs no op
+    ({"relu_kernel": 5.0, "void at::native::vectorized_elementwise_kernel<clamp>": 95.0}, ["clamp_min"], None),
+    ({"relu_kernel": 5.0, "void at::native::vectorized_elementwise_kernel<clamp>": 95.0}, [], "audit_evasion:"),
+    ({"relu_kernel": 5.0, "Memcpy DtoH (Device -> Pageable)": 30.0, "Memcpy HtoD (Pageable -> Device)": 30.0},
+     [], "host_compute:92%"),
+    ({"relu_kernel": 95.0, "Memcpy DtoH (Device -> Pageable)": 5.0}, [], None),  # an .item(): a small share
+])
+def test_device_time_that_no_observer_explains_is_a_verdict(kernels, ops, verdict):
+    got = device_verdict(kernels, {"relu_kernel"}, ops)
+    assert (got is None) if verdict is None else got.startswith(verdict), got
