@@ -384,8 +384,8 @@ class Judge:
         return msg
 
     def _turn(self, cfg: EvalConfig, exclusive: bool):
-        """The GPU's lock: shared while loading and checking (others may do the same), exclusive while staging,
-        calibrating, timing and profiling, and for a retry that must run alone (yielding the seconds waited)."""
+        """The GPU's lock: shared by each request of loading, checking and staging (others may do the same),
+        exclusive while timing and profiling, and for a retry that must run alone (yielding the seconds waited)."""
         if self.lock is None:
             return _no_lock()
         return self.lock.hold(timeout_s=cfg.timeout_s) if exclusive else self.lock.share()
@@ -539,7 +539,7 @@ class Judge:
 
 class Bench:
     """The timing of one candidate against its reference on the GPU: the same procedure on both sides, trials
-    interleaved, the candidate's measured on the judge's clock (module docstring, step 5)."""
+    interleaved, the candidate's measured on the judge's clock (module docstring, step 4)."""
 
     def __init__(self, judge: Judge, task: ModuleType, job: Job, cand: CandidateProcess, ref: Any,
                  input_seed: int) -> None:
