@@ -50,8 +50,8 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Write to a temporary file beside the target, then rename: a crash never leaves a truncated .ckpt, and a full
-    disk says so (torch.save into a file object raises the OSError that its own writer hides). Reads fail in one
-    line."""
+    disk says so (`atomic_path` finds the failed write under the error torch's zip writer raises after it). Reads
+    fail in one line."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None:

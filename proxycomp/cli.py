@@ -14,7 +14,6 @@ as one line on stderr and exit status 2, never a traceback. `proxycomp VERB --he
 """
 from __future__ import annotations
 
-import errno
 import glob
 import importlib
 import os
@@ -24,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from proxycomp.errors import UserError
+from proxycomp.files import no_room, no_room_message
 
 
 def command_parser(prog: str, description: str):
@@ -231,10 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except (UserError, ArgumentError) as err:
         message = " ".join(str(err).split())  # one line, whatever the library put in it
-    except OSError as err:  # a write that is not atomic_path's (a logger's): the library's words rarely say why
-        if err.errno != errno.ENOSPC:
+    except Exception as err:  # a write that is not atomic_path's (a logger's): the library's words rarely say why
+        full = no_room(err)
+        if full is None:
             raise
-        message = f"no space left on device{f' for {err.filename}' if err.filename else ''}; free some and run again"
+        message = no_room_message(full)
     print(f"proxycomp {verb}: error: {message}", file=sys.stderr)
     return 2
 

@@ -5,7 +5,8 @@ and checkpoints go (Lightning's layout), and what `fit` makes of them:
 - resuming from a checkpoint inside a run folder logs on in that folder: every logger gets its version, and
   metrics.csv keeps its rows from before the checkpoint's step (Lightning's CSV logger would delete the file);
 - a run that ends in an error before writing a checkpoint leaves the run folders as they were: one it created is
-  removed, an existing one (a resume that failed) gets its files back.
+  removed with the empty folders above it that it created, an existing one (a resume that failed) gets its files
+  back.
 """
 from __future__ import annotations
 
@@ -130,11 +131,13 @@ class ResumedLogStep(L.Callback):
 @contextlib.contextmanager
 def kept_if_failed(loggers: list) -> Iterator[None]:
     """Run the block; if it raises before writing a checkpoint, put the loggers' run folders back as they were: one
-    it created is removed, the files at the top of an existing one (config, metrics, manifest) get their contents
-    back and the files it added there go."""
+    it created is removed (with the empty folders it created above it), the files at the top of an existing one
+    (config, metrics, manifest) get their contents back and the files it added there go."""
     folders = [Path(logger.log_dir) for logger in loggers if getattr(logger, "log_dir", None)]
     before = {folder: {f: f.read_bytes() for f in folder.iterdir() if f.is_file()} if folder.is_dir() else None
               for folder in folders}
+    # The folders above a new run folder that did not exist either (runs/<name>/, runs/tb/): removed with it.
+    created = {folder: [p for p in folder.parents if not p.exists()] for folder in folders}
     started = time.time()
     try:
         yield
@@ -145,6 +148,9 @@ def kept_if_failed(loggers: list) -> Iterator[None]:
             for folder, files in before.items():
                 if files is None:
                     shutil.rmtree(folder, ignore_errors=True)
+                    for parent in created[folder]:  # innermost first; another run may have written there since
+                        with contextlib.suppress(OSError):
+                            parent.rmdir()
                     continue
                 for f in folder.iterdir():
                     if f.is_file() and f not in files:
