@@ -53,11 +53,16 @@ def build_cli(args: Sequence[str] | None, run: bool = True):
 
 def _lightning(verb: str) -> Callable[[list[str]], int]:
     def run(argv: list[str]) -> int:
-        cli = build_cli([verb, *argv])
-        if verb == "fit" and cli.interrupted:
-            print(f"stopped by Ctrl-C at step {cli.trainer.global_step}; go on with --ckpt_path last", file=sys.stderr)
-            return 130
+        from proxycomp.stopping import output_may_close
+
+        with output_may_close():  # `fit | tee log` and Ctrl-C: tee is gone, the stop must still checkpoint
+            cli = build_cli([verb, *argv])
+            if verb == "fit" and cli.interrupted:
+                print(f"stopped by Ctrl-C at step {cli.trainer.global_step}; go on with --ckpt_path last",
+                      file=sys.stderr)
+                return 130
         return 0
+
 
     return run
 

@@ -9,6 +9,7 @@ that cannot work.
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 
 from proxycomp.checkpoint import AtomicCheckpointIO, init_weights, reading
 from proxycomp.errors import UserError
-from proxycomp.progress import SparseMetricsProgressBar
+from proxycomp.progress import LineProgress, SparseMetricsProgressBar
 from proxycomp.runs import (
     LAST,
     ResumedLogStep,
@@ -34,9 +35,11 @@ from proxycomp.stopping import StopAtStepBoundary
 from proxycomp.vocab import Vocabulary
 
 
-# Lightning's advertisement for its cloud logger, printed on every run.
-logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
-    lambda record: not str(record.msg).startswith("💡 Tip"))
+# Said on every run, before anything about it (and so before a one-line error): Lightning's advertisement for its
+# cloud logger, the seed and which accelerators exist; `fit`'s first line names the device it trains on.
+_NOISE = ("💡 Tip", "GPU available:", "TPU available:", "HPU available:", "Seed set to")
+for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.seed"):
+    logging.getLogger(_name).addFilter(lambda record: not any(noise in str(record.msg) for noise in _NOISE))
 
 
 def ignore_library_warnings() -> None:
@@ -84,7 +87,6 @@ class ProxyCLI(LightningCLI):
             help="fit: start from the weights of this checkpoint (fit's, the RL warm start's or RL's) with a new "
                  "optimizer, schedule and data stream (--ckpt_path instead resumes a run where it stopped); "
                  "validate ignores it")
-
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
         super().parse_arguments(parser, args)
         # Right after parsing, before `last` is resolved or anything is seeded or loaded, so that a call missing
@@ -138,7 +140,9 @@ class ProxyCLI(LightningCLI):
         callbacks = list(config.get("callbacks") or [])
         if config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
             every = config.get("log_every_n_steps") or trainer_defaults()["log_every_n_steps"]
-            callbacks.append(SparseMetricsProgressBar(metrics_every_n_steps=every))
+            # A bar redrawn in place shows nothing in a file until the run ends.
+            callbacks.append(SparseMetricsProgressBar(metrics_every_n_steps=every) if sys.stdout.isatty()
+                             else LineProgress())
         kwargs["callbacks"] = [*callbacks, StopAtStepBoundary(), ResumedLogStep()]
         trainer = super().instantiate_trainer(**kwargs)
         if not trainer.loggers:  # no run folder: the LR monitor would refuse to run, the config has nowhere to go
@@ -156,10 +160,38 @@ class ProxyCLI(LightningCLI):
                 self.datamodule.use_spm_model(spm_model)
 
     def fit(self, model, **kwargs) -> None:
-        with kept_if_failed(self.trainer.loggers if self.trainer.is_global_zero else []):
-            self.trainer.fit(model, **kwargs)
+        trainer, ckpt_path = self.trainer, kwargs.get("ckpt_path")
+        step = checkpoint_step(Path(ckpt_path)) if ckpt_path else 0
+        if step >= trainer.max_steps:
+            self._say(f"{ckpt_path} is at step {step}, which trainer.max_steps ({trainer.max_steps}) does not pass: "
+                      "nothing to train; pass a larger --trainer.max_steps to train it further")
+            return
+        resuming = f"resuming {ckpt_path} at step {step}; " if ckpt_path else ""
+        self._say(f"{resuming}run folder {trainer.log_dir or trainer.default_root_dir}, checkpoints in "
+                  f"{self.checkpoint_dir()}; on {trainer.strategy.root_device.type}, precision {trainer.precision}")
+        with kept_if_failed(trainer.loggers if trainer.is_global_zero else []):
+            trainer.fit(model, **kwargs)
+        saved = trainer.checkpoint_callback
+        if saved is not None and saved.last_model_path:
+            best = saved.best_model_path and saved.best_model_score is not None
+            self._say(f"checkpoint {saved.last_model_path} at step {trainer.global_step}" + (
+                f"; best by {saved.monitor}: {saved.best_model_path} ({float(saved.best_model_score):.4f})"
+                if best else ""))
+
+    def _say(self, text: str) -> None:
+        """A line of `fit`'s own, on stderr beside Lightning's (stdout is the progress's), from one process."""
+        if self.trainer.is_global_zero:
+            print(f"fit: {text}", file=sys.stderr, flush=True)
+
+    def checkpoint_dir(self) -> Path:
+        """Where the checkpoint callback writes: its dirpath, else (as Lightning resolves it) the run folder's."""
+        saved = self.trainer.checkpoint_callback
+        if saved is not None and saved.dirpath:
+            return Path(saved.dirpath)
+        return Path(self.trainer.log_dir or self.trainer.default_root_dir) / "checkpoints"
 
     @property
     def interrupted(self) -> bool:
         """Whether fit stopped early because of Ctrl-C."""
         return any(isinstance(c, StopAtStepBoundary) and c.interrupted for c in self.trainer.callbacks)
+

@@ -1,4 +1,4 @@
-"""The `proxycomp fit` progress bar: Lightning's RichProgressBar showing training metrics read every n steps.
+"""The `proxycomp fit` progress: on a terminal, Lightning's RichProgressBar showing training metrics read every n steps.
 
 Reading a metric that lives on the GPU (the loss) synchronizes the host with the device, which stops the CPU from
 queueing the next step while the GPU works. Lightning converts every metric logged with `prog_bar=True` to a Python
@@ -8,14 +8,17 @@ loggers write (every n steps) and shows the last values in between. The step cou
 
 The bar counts optimizer steps out of trainer.max_steps, also after a resume (Lightning's counts the batches of
 the current epoch out of those left, and names an epoch out of max_epochs - 1, which is -2 for a run set by steps).
+Elsewhere (a log file, CI) plain lines (`LineProgress`).
 """
 from __future__ import annotations
 
+import datetime
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch.callbacks import ProgressBar, RichProgressBar
 
 
 class SparseMetricsProgressBar(RichProgressBar):
@@ -44,3 +47,57 @@ class SparseMetricsProgressBar(RichProgressBar):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         super().on_train_batch_end(trainer, pl_module, outputs, batch, trainer.global_step - 1)  # shows the step
+
+
+class LineProgress(ProgressBar):
+    """`proxycomp fit`'s progress when stdout is no terminal (`> log`, nohup, CI), where the bar above would show
+    nothing until the run ends: a plain line at the first step, every `every_s` seconds, after each validation and at
+    the end, with the step out of trainer.max_steps, symbols per second since the last line, the time left at that
+    rate and the training loss (read only when a line is printed, so at most one host-device sync per line)."""
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        super().__init__()
+        if every_s <= 0:
+            raise ValueError(f"every_s must be > 0, got {every_s}")
+        self.every_s = every_s
+        self._enabled = True
+        self._last: tuple[float, int] | None = None  # (time, step) of the last line
+        self._symbols = 0  # trained on since the last line (all processes)
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def _line(self, trainer: L.Trainer, text: str) -> None:
+        if self._enabled:
+            print(f"step {trainer.global_step}/{trainer.max_steps}  {text}".rstrip(), flush=True)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self._symbols += batch["input_ids"].numel() * trainer.world_size
+        now = time.monotonic()
+        if self._last is None or now - self._last[0] >= self.every_s:
+            self._line(trainer, self._figures(trainer, now))
+
+    def _figures(self, trainer: L.Trainer, now: float) -> str:
+        figures = []
+        loss = trainer.callback_metrics.get("train/loss")
+        if loss is not None:
+            figures.append(f"loss {float(loss):.3f}")
+        if self._last is not None and now > self._last[0] and trainer.global_step > self._last[1]:
+            seconds, steps = now - self._last[0], trainer.global_step - self._last[1]
+            left = max(trainer.max_steps - trainer.global_step, 0) * seconds / steps
+            figures += [f"{self._symbols / seconds:,.0f} symbols/s", f"ETA {datetime.timedelta(seconds=round(left))}"]
+        self._last, self._symbols = (now, trainer.global_step), 0
+        return "  ".join(figures)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        bpb = trainer.callback_metrics.get("val/bpb")
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and bpb is not None:
+            self._line(trainer, f"val/bpb {float(bpb):.4f}")
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._last is None or self._last[1] != trainer.global_step:
+            self._line(trainer, self._figures(trainer, time.monotonic()))

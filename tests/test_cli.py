@@ -143,7 +143,8 @@ def test_a_failed_resume_leaves_the_run_folder_as_it_was(run_copy, capsys):
         return {p: p.read_bytes() for p in sorted(Path("runs").rglob("*")) if p.is_file()}
 
     before = files()
-    rc, _, err = run(["fit", "--config", "tiny.yaml", "--data.batch_size", "3", "--ckpt_path", "last"], capsys)
+    rc, _, err = run(["fit", "--config", "tiny.yaml", "--data.batch_size", "3", "--ckpt_path", "last",
+                      "--trainer.max_steps", "6"], capsys)
     assert_one_line_error(rc, err, "fit", "data stream was made with other settings", "batch_size: 2 -> 3")
     assert files() == before  # config.yaml, hparams.yaml, metrics.csv: the failed call's own are gone
 
