@@ -9,6 +9,7 @@ that cannot work.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -18,7 +19,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.callbacks.progress import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
-from proxycomp.checkpoint import AtomicCheckpointIO, init_weights, reading
+from proxycomp.checkpoint import DATA_STATE_KEY, AtomicCheckpointIO, init_weights, reading
 from proxycomp.errors import UserError
 from proxycomp.progress import LineProgress, SparseMetricsProgressBar
 from proxycomp.runs import (
@@ -28,8 +29,8 @@ from proxycomp.runs import (
     continue_in_run_folder,
     continue_metrics,
     kept_if_failed,
-    newest_last,
-    run_root,
+    rename_runs,
+    resolve_last,
 )
 from proxycomp.stopping import StopAtStepBoundary
 from proxycomp.vocab import Vocabulary
@@ -48,10 +49,33 @@ def ignore_library_warnings() -> None:
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
     # A resumed run checkpoints into its own folder again, which is what Lightning warns about here.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    # validate writes no checkpoint, so where it would write one differs from where the checkpoint was written.
+    warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
 
 
 class ConfigError(UserError):
     """A class in the config refused its arguments (raised while the CLI instantiates them)."""
+
+
+CKPT_PATH_HELP = ("fit: resume a run from this checkpoint where it stopped (--init_from instead starts a new run from "
+                  "its weights); validate: the checkpoint to score. A .ckpt written by proxycomp, or last: with a "
+                  "run's config.yaml as --config that run's checkpoints/last.ckpt, with a recipe the newest "
+                  "checkpoints/last.ckpt among the runs of its name (runs/<name>/*/)")
+
+
+def gpu_only_setting(arch, training: bool) -> tuple[str, str] | None:
+    """(the setting, its CPU alternative) of the first model setting that runs only on a CUDA GPU, when this machine
+    has none; None when it can run here. Triton kernels also run in Triton's interpreter (TRITON_INTERPRET=1, slow)."""
+    if torch.cuda.is_available():
+        return None
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    if arch.attn_backend == "flash_attn" or (arch.attn_backend == "triton" and not interpreted):
+        return f"model.arch.attn_backend {arch.attn_backend}", "--model.arch.attn_backend sdpa"
+    if arch.attn_backend == "flex" and training:  # FlexAttention has no backward on a CPU
+        return "model.arch.attn_backend flex", "--model.arch.attn_backend sdpa"
+    if arch.embed_backend == "triton" and not interpreted:
+        return "model.arch.embed_backend triton", "--model.arch.embed_backend torch"
+    return None
 
 
 def trainer_defaults() -> dict:
@@ -87,6 +111,19 @@ class ProxyCLI(LightningCLI):
             help="fit: start from the weights of this checkpoint (fit's, the RL warm start's or RL's) with a new "
                  "optimizer, schedule and data stream (--ckpt_path instead resumes a run where it stopped); "
                  "validate ignores it")
+        parser.add_argument(
+            "--run_name", type=str | None, default=None,
+            help="the run's name: its folders are runs/<name>/version_N and runs/tb/<name>/ (it sets the name of "
+                 "every CSV and TensorBoard logger); null: the recipe's logger names")
+
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs) -> LightningArgumentParser:
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        # Lightning's text advertises best, hpc and registry paths, which a proxycomp run has none of.
+        for action in parser._actions:
+            if action.dest == "ckpt_path":
+                action.help = CKPT_PATH_HELP
+        return parser
+
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
         super().parse_arguments(parser, args)
         # Right after parsing, before `last` is resolved or anything is seeded or loaded, so that a call missing
@@ -108,6 +145,8 @@ class ProxyCLI(LightningCLI):
         if subcommand == "fit" and config.get("init_from") and config.get("ckpt_path"):
             raise UserError("--init_from starts a new run from a checkpoint's weights and --ckpt_path resumes one; "
                             "pass one of them")
+        if config.get("run_name"):
+            rename_runs(config.trainer, config.run_name)
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads the model's hyper-parameters from --ckpt_path first: `last` is resolved, and a missing
@@ -117,12 +156,21 @@ class ProxyCLI(LightningCLI):
         if config is None or config.get("ckpt_path") is None:
             return super()._parse_ckpt_path()
         if config.ckpt_path == LAST:
-            config.ckpt_path = str(newest_last(run_root(config.trainer)))
+            config.ckpt_path = str(resolve_last(config.trainer, config.get("config")))
         path = Path(config.ckpt_path)
         with reading(path):
             super()._parse_ckpt_path()  # replaces self.config
             if subcommand == "fit" and continue_in_run_folder(self.config.fit.trainer, path) is not None:
                 self.resumed_step = checkpoint_step(path)
+
+    def before_instantiate_classes(self) -> None:
+        # After the checkpoint's model settings replaced the config's, before any of it is built or data is read.
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        refused = gpu_only_setting(config.model.arch, training=self.subcommand != "validate")
+        if refused is not None:
+            setting, alternative = refused
+            raise UserError(f"{setting} needs a CUDA GPU and this machine has none (or TRITON_INTERPRET=1, Triton's "
+                            f"slow interpreter); on a CPU pass {alternative}, or use a recipe of recipes/smoke/")
 
     def instantiate_classes(self) -> None:
         # A constructor that rejects its arguments means a bad config, whichever class raised it.
@@ -158,6 +206,16 @@ class ProxyCLI(LightningCLI):
             spm_model = init_weights(self.model, path)
             if spm_model is not None and "spm" in self.datamodule.view_config.names:
                 self.datamodule.use_spm_model(spm_model)
+
+    def before_validate(self) -> None:
+        # A checkpoint scored on other documents, or in another view, than it was trained and validated on gives a
+        # figure that looks like its own; `last` with a recipe may name another run of that name.
+        path = self.config_init.validate.ckpt_path
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get(DATA_STATE_KEY)
+        changes = self.datamodule.scored_changes(state["config"]) if state else []
+        if changes:
+            raise UserError(f"{path} was trained on other data than this config reads ({'; '.join(changes)}); pass "
+                            "its run's config.yaml as --config, or score other files with proxycomp eval-bpb")
 
     def fit(self, model, **kwargs) -> None:
         trainer, ckpt_path = self.trainer, kwargs.get("ckpt_path")

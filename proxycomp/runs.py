@@ -1,7 +1,8 @@
 """Run folders: `<save_dir>/<name>/<version>/` of a run's first logger, where its metrics, config, data artifacts
 and checkpoints go (Lightning's layout), and what `fit` makes of them:
 
-- `--ckpt_path last` is the newest `checkpoints/last.ckpt` among the runs of that name;
+- `--ckpt_path last` is the run's own `checkpoints/last.ckpt` when --config is a run's config.yaml, else the newest
+  among the runs of that name;
 - resuming from a checkpoint inside a run folder logs on in that folder: every logger gets its version, and
   metrics.csv keeps its rows from before the checkpoint's step (Lightning's CSV logger would delete the file);
 - a run that ends in an error before writing a checkpoint leaves the run folders as they were: one it created is
@@ -52,8 +53,34 @@ def run_root(trainer_config) -> Path | None:
     return Path(args.save_dir) / name if name else Path(args.save_dir)
 
 
-def newest_last(root: Path | None) -> Path:
-    """The newest `last.ckpt` of the runs under `root` (by modification time: the run trained most recently)."""
+def rename_runs(trainer_config, name: str) -> None:
+    """Set the name of every run logger (CSV, TensorBoard), so that the run's folders are `<save_dir>/<name>/`."""
+    for logger in _loggers(trainer_config):
+        if logger.class_path.rsplit(".", 1)[-1] in RUN_LOGGERS:
+            logger.init_args.name = name
+
+
+def config_run(trainer_config, config_files) -> Path | None:
+    """The run folder a config file given with --config belongs to: `<run root>/<version>/config.yaml`, as `fit`
+    writes it (a recipe is no run's); None if none is."""
+    root = run_root(trainer_config)
+    for path in map(Path, config_files or []):
+        if root is not None and path.name == "config.yaml" and path.resolve().parents[1] == root.resolve():
+            return path.parent
+    return None
+
+
+def resolve_last(trainer_config, config_files) -> Path:
+    """What `--ckpt_path last` names: the run's own `last.ckpt` when --config is a run's config.yaml, else the newest
+    `last.ckpt` of the runs under the first logger's root (by modification time: the run trained most recently)."""
+    run = config_run(trainer_config, config_files)
+    if run is not None:
+        path = run / "checkpoints" / f"{LAST}.ckpt"
+        if not path.is_file():
+            raise RunFolderError(f"--ckpt_path last: the run of {run / 'config.yaml'} has no checkpoints/{LAST}.ckpt "
+                                 "(it stopped before its first checkpoint); pass a checkpoint's path")
+        return path
+    root = run_root(trainer_config)
     if root is None:
         raise RunFolderError("--ckpt_path last needs a CSV or TensorBoard logger first in trainer.logger (its folder "
                              "holds the runs); pass the checkpoint's path")

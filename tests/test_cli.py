@@ -175,8 +175,44 @@ def test_validate_reports_without_writing_and_refuses_what_does_not_fit(run_copy
     assert rc == 0 and "val/bpb" in out
     Path("byte.yaml").write_text(TINY_RECIPE.replace("names: [raw, spm], spm_vocab_size: 512", "names: [raw]"))
     rc, _, err = run(["validate", "--config", "byte.yaml", "--ckpt_path", "last"], capsys)
-    assert_one_line_error(rc, err, "validate", "weights do not fit this model", "arch.vocab_size: 832 -> 320")
+    assert_one_line_error(rc, err, "validate", "was trained on other data than this config reads",
+                          "views.names: ['raw', 'spm'] -> ['raw']")
     assert sorted(Path(".").rglob("*")) == sorted([*before, Path("byte.yaml")])
+
+
+@pytest.mark.slow
+def test_last_with_a_run_config_is_that_run_and_validate_refuses_other_data(run_copy, capsys):
+    """The README's `validate --config runs/<name>/version_0/config.yaml --ckpt_path last` took the newest run of that
+    name, here one trained on other documents (and so with other weights), and printed its figure with status 0."""
+    other = run_copy.with_name("version_1")
+    shutil.copytree(run_copy, other)
+    checkpoint = torch.load(other / "checkpoints" / "last.ckpt", weights_only=True)
+    checkpoint["ProxyDataModule"]["config"]["corpus"]["max_documents"] = 20
+    checkpoint["state_dict"] = {k: v / 2 if v.is_floating_point() else v for k, v in checkpoint["state_dict"].items()}
+    torch.save(checkpoint, other / "checkpoints" / "last.ckpt")  # the newest last.ckpt of the name
+    rc, out, err = run(["validate", "--config", str(run_copy / "config.yaml"), "--ckpt_path", "last"], capsys)
+    assert rc == 0, err
+    header, *rows = (run_copy / "metrics.csv").read_text().splitlines()
+    trained = [row.split(",")[header.split(",").index("val/bpb")] for row in rows][-1]
+    assert re.search(r"val/bpb\W+([\d.]+)", out).group(1) == trained  # version_0's own checkpoint, scored again
+    rc, _, err = run(["validate", "--config", "tiny.yaml", "--ckpt_path", "last"], capsys)  # a recipe: the newest
+    assert_one_line_error(rc, err, "validate", "runs/proxycomp/version_1/checkpoints/last.ckpt was trained on other "
+                          "data than this config reads (corpus.max_documents: 20 -> 30)", "its run's config.yaml")
+
+
+def test_ckpt_path_help_is_ours(capsys):
+    """Lightning's text advertised `best`, `hpc` and `registry`, which a proxycomp run refuses."""
+    rc, out, _ = run(["fit", "--help"], capsys)
+    text = " ".join(_options(out)["--ckpt_path CKPT_PATH"].split())
+    assert rc == 0 and text.startswith("fit: resume a run from this checkpoint where it stopped")
+    assert "last: with a run's config.yaml as --config that run's checkpoints/last.ckpt" in text
+    assert not {"best", "hpc", "registry"} & set(re.findall(r"\w+", text))
+
+
+def test_run_name_names_every_run_folder(recipe):
+    cli = build_cli(["--config", str(recipe), "--run_name", "own_jsonl"], run=False)
+    assert [Path(logger.log_dir) for logger in cli.trainer.loggers] == [
+        Path("runs/own_jsonl/version_0"), Path("runs/tb/own_jsonl/version_0")]
 
 
 @pytest.mark.parametrize("argv, fragment", [

@@ -34,6 +34,17 @@ def workdir(tmp_path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_a_gpu_recipe_on_a_cpu_is_refused_before_the_corpus_is_read(workdir):
+    env = {k: v for k, v in ENV.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([*PROXYCOMP, "fit", "--config", str(ROOT / "recipes/pretrain/proxy_spm.yaml")],
+                            cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
+    line = one_line_error(result, "fit")
+    assert "model.arch.attn_backend triton needs a CUDA GPU" in line and "--model.arch.attn_backend sdpa" in line
+    assert not (workdir / "runs").exists()
+
+
+@pytest.mark.slow
 def test_a_file_size_limit_is_one_line_and_leaves_no_run_folder(workdir):
     """The first checkpoint (864 kB) passes `ulimit -f`, every other file of the run (under 10 kB) does not."""
     def limit_files():

@@ -53,6 +53,9 @@ STATE_FORMAT = 3  # 3: one stream per batch row
 # What a field added since a checkpoint was written counts as: its default (JSON values, as the state holds them).
 _DEFAULT_RESUME_CONFIG = json.loads(json.dumps(
     {"corpus": asdict(CorpusConfig()), "views": asdict(ViewConfig()), "mixing": asdict(MixingSchedule())}))
+# The held-out documents (the corpus, split by the seed) and the views they are scored in; batch size, workers
+# and the schedule change how a checkpoint is trained on, not what its validation measures.
+SCORED_FIELDS = ("corpus", "views", "seed")
 SPM_MODEL_FILE = "spm.model"
 MANIFEST_FILE = "data_manifest.json"
 REPORT_BATCHES = 8  # batches the manifest's stream figures are measured on
@@ -274,6 +277,14 @@ class ProxyDataModule(L.LightningDataModule):
             )
         self._batches_consumed = int(state_dict["batches_consumed"])
         self._cursors = {int(k): StreamCursor.from_list(v) for k, v in state_dict["cursors"].items()}
+
+    def scored_changes(self, saved: dict[str, Any]) -> list[str]:
+        """"field: saved -> now" for the settings that decide what validation scores (which documents are held out,
+        and in which view) that differ between a checkpoint's data state (`config`) and this module."""
+        def scored(config: dict[str, Any]) -> dict[str, Any]:
+            return {k: config[k] for k in SCORED_FIELDS if k in config}
+
+        return changed_fields(scored(saved), scored(self._resume_config()), defaults=scored(_DEFAULT_RESUME_CONFIG))
 
     def _resume_config(self) -> dict[str, Any]:
         """Settings a stream cursor is only valid under (as JSON values: tuples read back as lists)."""
