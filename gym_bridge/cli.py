@@ -85,7 +85,9 @@ def _config(args, tasks: list) -> EvalConfig:
 def _parser():
     p = command_parser("proxycomp gym", "The embedded KernelGYM: its tasks, judging one kernel, benchmarking.")
     sub = p.add_subcommands(dest="command")
-    ev = command_parser("proxycomp gym eval", "Judge one candidate file against one task.")
+    ev = command_parser("proxycomp gym eval", "Judge one candidate file against one task. Exit status: 0 when the "
+                        "verdict is ok, 1 for any other verdict (incorrect, error, no_code, a hack...), 2 for bad "
+                        "input.")
     ev.add_argument("--task", required=True, help="a shipped task name or a KernelBench-format task .py file")
     ev.add_argument("--candidate", required=True, help="file holding ModelNew (or a model reply with code fences)")
     _judging_options(ev)
@@ -93,7 +95,9 @@ def _parser():
     sub.add_subcommand("eval", ev, help="judge one candidate file against one task")
     sub.add_subcommand("tasks", command_parser("proxycomp gym tasks", "The shipped tasks."), help="list the shipped tasks")
     b = command_parser("proxycomp gym bench", "Judge many candidates: the shipped solutions, or a folder of candidates "
-                                              "against a folder of KernelBench-format problems, with fast_p.")
+                                              "against a folder of KernelBench-format problems, with fast_p. Exit "
+                                              "status: 0 when every candidate is correct, 1 when any is not, 2 for "
+                                              "bad input.")
     b.add_argument("--tasks", default="",
                    help="a folder of task files (a KernelBench level folder), or comma-separated shipped task names; "
                         "empty: every shipped task with a solution")
@@ -268,3 +272,9 @@ def main(argv: list[str]) -> int:
     if args.command == "generate":
         return _cmd_generate(options)
     return _cmd_bench(options, argv)
+
+
+if __name__ == "__main__":  # `python -m proxycomp.gym_bridge.cli`: the `proxycomp gym` verb, errors included
+    from proxycomp.cli import main as proxycomp
+
+    sys.exit(proxycomp(["gym", *sys.argv[1:]]))

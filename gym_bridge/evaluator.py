@@ -55,7 +55,8 @@ class Evaluator:
             code = extract_code(cand.code)
             early = EvalResult(id=cand.id or str(i), task=task.name, status="no_code")
             if code is None:
-                results[i] = finish(early, weights, "no code block found in the reply")
+                results[i] = finish(early, weights, "no ```python block and no class ModelNew in the reply: a "
+                                                    "candidate defines class ModelNew(nn.Module)")
                 continue
             report = check_source(code) if self.static_checks else StaticReport()
             early.warnings = report.warnings

@@ -63,7 +63,6 @@ def _lightning(verb: str) -> Callable[[list[str]], int]:
                 return 130
         return 0
 
-
     return run
 
 
@@ -72,6 +71,20 @@ def _default_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _usable_device(name: str) -> str:
+    """--device, refused in one line when this machine has no such device (loading would blame the checkpoint)."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"--device {name!r} is not a device; use cpu or cuda") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {name}: this machine has no CUDA GPU (torch.cuda.is_available() is False); use "
+                        "--device cpu")
+    return name
 
 
 def generate_main(argv: list[str]) -> int:
@@ -96,7 +109,7 @@ def generate_main(argv: list[str]) -> int:
     from proxycomp.generate import generate, raw_bytes
     from proxycomp.vocab import raw_prompt, raw_reply_ids
 
-    model = load_lm(args.ckpt, map_location=args.device).model
+    model = load_lm(args.ckpt, map_location=_usable_device(args.device)).model
     prompt = os.fsencode(args.prompt)  # the command line's own bytes: a byte-level model reads any
     out = generate(model, [raw_prompt(prompt)], args.max_bytes, args.temperature, args.top_k, args.top_p,
                    seed=args.seed, allowed_ids=raw_reply_ids(model.config.vocab_size))
@@ -134,7 +147,7 @@ def eval_bpb_main(argv: list[str]) -> int:
     from proxycomp.scoring import score_documents
 
     documents = read_documents(args.data, args.glob)
-    model = load_lm(args.ckpt, map_location=args.device).model
+    model = load_lm(args.ckpt, map_location=_usable_device(args.device)).model
     seq_len = args.seq_len or model.config.max_seq_len
     stride = args.stride or max(1, seq_len // 2)
     if seq_len < 2 or not 1 <= stride <= seq_len:
@@ -209,6 +222,8 @@ VERBS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "compare": (_delegate("proxycomp.compare.cli"), "byte vs proxy vs tokenizer arms at equal compute"),
     "shards": (shards_main, "a fit checkpoint as files small enough to carry between device calls, and back"),
 }
+# Verbs whose first word is a command of its own, which an error names: `proxycomp gym eval: error: ...`.
+SUBCOMMANDS = {"gym": ("tasks", "eval", "bench", "generate"), "shards": ("split", "join")}
 
 
 def usage() -> str:
@@ -223,8 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if argv else 2
     verb, rest = argv[0], argv[1:]
     if verb not in VERBS:
-        print(f"proxycomp: unknown command {verb!r}; use one of {', '.join(VERBS)}", file=sys.stderr)
+        print(f"proxycomp: error: unknown command {verb!r}; use one of {', '.join(VERBS)}", file=sys.stderr)
         return 2
+    command = f"{verb} {rest[0]}" if rest and rest[0] in SUBCOMMANDS.get(verb, ()) else verb
     from jsonargparse import ArgumentError
 
     try:
@@ -235,14 +251,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing may be flushed into the closed pipe at exit
         return 0
     except (UserError, ArgumentError) as err:
-        message = " ".join(str(err).split())  # one line, whatever the library put in it
+        message = _name_the_config(" ".join(str(err).split()), rest)  # one line, whatever the library put in it
     except Exception as err:  # a write that is not atomic_path's (a logger's): the library's words rarely say why
         full = no_room(err)
         if full is None:
             raise
         message = no_room_message(full)
-    print(f"proxycomp {verb}: error: {message}", file=sys.stderr)
+    print(f"proxycomp {command}: error: {message}", file=sys.stderr)
     return 2
+
+
+def _name_the_config(message: str, argv: list[str]) -> str:
+    """jsonargparse parses a config file's text, so its YAML syntax errors name "<unicode string>": the first file
+    given with --config that YAML cannot read is named instead."""
+    unnamed = '"<unicode string>"'
+    if unnamed not in message:
+        return message
+    import yaml
+
+    files = [value for flag, value in zip(argv, argv[1:]) if flag == "--config"]
+    files += [arg.removeprefix("--config=") for arg in argv if arg.startswith("--config=")]
+    for path in files:
+        try:
+            yaml.safe_load(Path(path).read_text())
+        except yaml.YAMLError:
+            return message.replace(unnamed, path)
+        except OSError:
+            continue
+    return message
 
 
 if __name__ == "__main__":

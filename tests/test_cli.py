@@ -229,13 +229,15 @@ def test_a_call_without_what_the_run_needs_says_what_in_one_line(recipe, capsys,
     assert rc == 2 and err.splitlines() == [err.strip()] and err.startswith(f"proxycomp {fragment}")
 
 
-def test_a_failed_fit_leaves_no_run_folder(recipe, capsys, tmp_path):
+def test_a_failed_fit_leaves_no_run_folder(recipe, capsys, tmp_path, lightning_log):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "latin.py").write_bytes(b"caf\xe9 = 1\n" * 40)
     rc, _, err = run(["fit", "--config", str(recipe), "--data.corpus.source", "folder", "--data.corpus.path",
                       str(tmp_path / "src")], capsys)
     assert_one_line_error(rc, err, "fit", "latin.py: not valid UTF-8", "--data.corpus.on_invalid_utf8 skip")
-    assert not list(Path("runs").glob("**/version_*"))
+    assert not Path("runs").exists()
+    # Lines Lightning says on every run came before the error line; the run's own first line says the device.
+    assert not [n for n in ("Seed set to", "GPU available", "TPU available") if n in lightning_log.text]
 
 
 def test_own_data_flags(recipe, capsys, tmp_path):
@@ -348,8 +350,17 @@ def test_eval_bpb_progress_line(capsys):
 
 
 def test_unknown_command(capsys):
-    rc, _, err = run(["train"], capsys)
-    assert rc == 2 and "unknown command 'train'" in err
+    rc, _, err = run(["trian"], capsys)
+    assert rc == 2 and err.startswith("proxycomp: error: unknown command 'trian'; use one of fit, validate")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("verb", [["generate", "--prompt", "x"], ["eval-bpb", "--data", "tiny.yaml"]])
+def test_a_device_this_machine_lacks_is_named(recipe, capsys, verb):
+    """torch's failure to map the weights to CUDA was reported as the checkpoint's."""
+    torch.save({"hyper_parameters": {}, "state_dict": {}}, "model.ckpt")
+    rc, _, err = run([verb[0], "--ckpt", "model.ckpt", "--device", "cuda", *verb[1:]], capsys)
+    assert_one_line_error(rc, err, verb[0], "--device cuda: this machine has no CUDA GPU", "use --device cpu")
 
 
 def test_no_command_prints_usage_and_fails(capsys):
@@ -410,6 +421,22 @@ def test_fit_config_typo(recipe, capsys):
     recipe.write_text(TINY_RECIPE.replace("d_model:", "d_modle:"))
     rc, _, err = run(["fit", "--config", str(recipe)], capsys)
     assert_one_line_error(rc, err, "fit", "d_modle")
+
+
+@pytest.mark.parametrize("verb", [["fit"], ["rl", "--ckpt", "x.ckpt"]])
+def test_a_yaml_syntax_error_names_the_file(recipe, capsys, verb):
+    """jsonargparse parses the file's text, so YAML named it "<unicode string>"."""
+    recipe.write_text("trainer:\n  max_steps: [5\n")
+    rc, _, err = run([verb[0], "--config", "tiny.yaml", *verb[1:]], capsys)
+    assert_one_line_error(rc, err, verb[0], "in tiny.yaml, line 2")
+    assert "<unicode string>" not in err
+
+
+def test_rl_with_a_bad_checkpoint_writes_nothing(recipe, capsys):
+    """It left OUT/config.json behind."""
+    rc, _, err = run(["rl", "--ckpt", "none.ckpt", "--out", "runs/rl"], capsys)
+    assert_one_line_error(rc, err, "rl", "none.ckpt does not exist")
+    assert not Path("runs").exists()
 
 
 def test_fit_missing_config(recipe, capsys):

@@ -34,6 +34,17 @@ def workdir(tmp_path) -> Path:
 
 
 @pytest.mark.slow
+def test_the_modules_docs_name_run_the_verbs_with_their_errors(workdir):
+    """`python -m` on the RL and gym modules did nothing and exited 0, unknown flags included."""
+    rl = subprocess.run([sys.executable, "-m", "proxycomp.gym_bridge.rl.cli", "--ckpt", "x.ckpt", "--stepz", "1"],
+                        cwd=workdir, env=ENV, capture_output=True, text=True)
+    assert "unrecognized arguments: --stepz" in one_line_error(rl, "rl")
+    gym = subprocess.run([sys.executable, "-m", "proxycomp.gym_bridge.cli", "tasks"], cwd=workdir, env=ENV,
+                         capture_output=True, text=True)
+    assert gym.returncode == 0 and "relu" in gym.stdout.split() and "silu" in gym.stdout.split(), gym.stderr
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
 def test_a_gpu_recipe_on_a_cpu_is_refused_before_the_corpus_is_read(workdir):
     env = {k: v for k, v in ENV.items() if k != "TRITON_INTERPRET"}

@@ -166,7 +166,10 @@ FOLDER = object()  # stands for the `folder` fixture's path in the table below
     [
         (dict(source="web"), "unknown corpus source 'web'; known: python-sources, folder, jsonl, parquet, hf"),
         (dict(source="folder"), "needs data.corpus.path"),
-        (dict(source="folder", path="/no/such/dir"), "corpus path /no/such/dir does not exist"),
+        (dict(source="folder", path="/no/such/dir"), "data.corpus.path /no/such/dir does not exist; set it to an "
+                                                     "existing folder$"),
+        (dict(source="jsonl", path="/no/such.jsonl"), "an existing jsonl file or folder$"),
+        (dict(source="folder", path=FOLDER, val_path="/no/val"), "data.corpus.val_path /no/val does not exist"),
         (dict(source="folder", path=FOLDER, glob="*.rs"), "matches glob '\\*.rs'"),
         (dict(source="folder", path=FOLDER, min_bytes=10_000, max_bytes=20_000), "is empty after filtering"),
         (dict(source="folder", path=FOLDER, val_fraction=1.5), "val_fraction must be in"),
@@ -176,12 +179,12 @@ FOLDER = object()  # stands for the `folder` fixture's path in the table below
         (dict(source="folder", path=FOLDER, glob="[**/*.py, **/*.rs]"), "quote each pattern"),
         (dict(source="folder", path=FOLDER, exclude=("d0", "d1", "d2")), "outside exclude"),
         (dict(path=FOLDER), "data.corpus.path is set but data.corpus.source is python-sources"),
+        (dict(val_path=FOLDER), "data.corpus.val_path is set but data.corpus.source is python-sources"),
         (dict(source="folder", path=FOLDER, val_split="validation"), "val_split names a split of an hf dataset"),
     ],
 )
 def test_input_errors(folder, kwargs, message):
-    if kwargs.get("path") is FOLDER:
-        kwargs = {**kwargs, "path": str(folder)}
+    kwargs = {k: str(folder) if v is FOLDER else v for k, v in kwargs.items()}
     with pytest.raises(CorpusError, match=message):
         load_corpus(CorpusConfig(**kwargs))
 

@@ -345,6 +345,12 @@ def run(config: RLConfig, args: RunArgs) -> int:
         raise RLConfigError(f"--out {out_dir} already holds a run; pass --resume to continue it "
                             "or choose another --out")
     tasks, eval_sets = train_and_evaluation_tasks(config)
+    # A missing or damaged --ckpt stops here, before OUT holds anything. The sampler decodes with SDPA over a KV
+    # cache; scoring with the same attention and embedding code keeps the trainer/rollout probability ratio at
+    # rounding level (a Triton/TF32 path would trip mismatch rejection).
+    saved = read_checkpoint(ckpt)
+    base = BaseModel(lm_from_checkpoint(saved, ckpt, attn_backend="sdpa", embed_backend="torch"),
+                     saved["hyper_parameters"], spm_model_of(saved))
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / "config.json", json.dumps(dataclasses.asdict(config), indent=2))
 
@@ -353,11 +359,6 @@ def run(config: RLConfig, args: RunArgs) -> int:
                     plugins=[AtomicCheckpointIO()])
     fabric.seed_everything(config.seed)
     torch.set_float32_matmul_precision(config.fabric.matmul_precision)
-    # The sampler decodes with SDPA over a KV cache; scoring with the same attention and embedding code keeps
-    # the trainer/rollout probability ratio at rounding level (a Triton/TF32 path would trip mismatch rejection).
-    saved = read_checkpoint(ckpt)
-    base = BaseModel(lm_from_checkpoint(saved, ckpt, attn_backend="sdpa", embed_backend="torch"),
-                     saved["hyper_parameters"], spm_model_of(saved))
     module = fabric.setup_module(base.lm.model.train())
     policy = ByteLMPolicy(module, max_context=config.max_context, decode=config.decode,
                           gpu_turn=gpu_turn(fabric.device))
@@ -422,3 +423,11 @@ def main(argv: Sequence[str]) -> int:
     if not argv:
         raise RLConfigError(f"--ckpt is required; usage: {USAGE.strip()}")
     return run(*parse_config(argv))
+
+
+if __name__ == "__main__":  # `python -m proxycomp.gym_bridge.rl.cli`: the `proxycomp rl` verb, errors included
+    import sys
+
+    from proxycomp.cli import main as proxycomp
+
+    sys.exit(proxycomp(["rl", *sys.argv[1:]]))

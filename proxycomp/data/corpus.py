@@ -137,7 +137,8 @@ class CorpusConfig:
         if self.source not in SOURCES:
             raise CorpusError(f"unknown corpus source {self.source!r}; known: {', '.join(SOURCES)}")
         if self.source == "python-sources" and (self.path or self.val_path):
-            raise CorpusError("data.corpus.path is set but data.corpus.source is python-sources, which reads this "
+            field = "data.corpus.path" if self.path else "data.corpus.val_path"
+            raise CorpusError(f"{field} is set but data.corpus.source is python-sources, which reads this "
                               "interpreter's own files; set data.corpus.source to folder, jsonl, parquet or hf")
         if self.val_split is not None and self.source != "hf":
             raise CorpusError(f"data.corpus.val_split names a split of an hf dataset; a {self.source} source holds "
@@ -165,13 +166,14 @@ def load_corpus(config: CorpusConfig = CorpusConfig(), seed: int = 0) -> Corpus:
     report = CorpusReport()
     hashes: set[bytes] = set()
     where = f"{c.source} {c.path}" if c.path else c.source
-    kept = _read_kept(c, c.path, c.split, seed, report, hashes, where)
+    kept = _read_kept(c, c.path, c.split, seed, report, hashes, where, "data.corpus.path")
     if c.val_path is None and c.val_split is None:
         train, val = _split(kept, c.val_fraction, seed, where, report)
     else:
         val_path, val_split = c.val_path or c.path, c.val_split or c.split
         report.val_source = f"{val_path}" + (f" split {val_split}" if c.source == "hf" else "")
-        train, val = kept, _read_kept(c, val_path, val_split, seed, report, hashes, f"held-out {report.val_source}")
+        train, val = kept, _read_kept(c, val_path, val_split, seed, report, hashes, f"held-out {report.val_source}",
+                                      "data.corpus.val_path" if c.val_path else "data.corpus.path")
     report.kept, report.kept_bytes = len(train) + len(val), sum(len(d.data) for d in train + val)
     report.train, report.train_bytes = len(train), sum(len(d.data) for d in train)
     digest = hashlib.blake2b(digest_size=16)
@@ -183,12 +185,13 @@ def load_corpus(config: CorpusConfig = CorpusConfig(), seed: int = 0) -> Corpus:
 
 
 def _read_kept(c: CorpusConfig, path: str | None, split: str, seed: int, report: CorpusReport, hashes: set[bytes],
-               where: str) -> list[Document]:
-    """The documents of one source that pass the size, UTF-8 and duplicate filters (counted in `report`)."""
+               where: str, field: str) -> list[Document]:
+    """The documents of one source (`path`, set by the config's `field`) that pass the size, UTF-8 and duplicate
+    filters (counted in `report`)."""
     policy = c.on_invalid_utf8 or ("skip" if c.source == "python-sources" else "error")
     kept: list[Document] = []
     counts = dataclasses.replace(report)  # this read's own counts, for the message when nothing is kept
-    for doc, size in _read_source(c, path, split, seed):
+    for doc, size in _read_source(c, path, split, seed, field):
         report.seen += 1
         report.seen_bytes += size
         if size < c.min_bytes:
@@ -251,18 +254,19 @@ def _split(docs: list[Document], val_fraction: float, seed: int, where: str, rep
     return [d for d in docs if d.group not in val_groups], [d for d in docs if d.group in val_groups]
 
 
-def _read_source(c: CorpusConfig, path: str | None, split: str, seed: int) -> Iterator[_Candidate]:
+def _read_source(c: CorpusConfig, path: str | None, split: str, seed: int, field: str) -> Iterator[_Candidate]:
     if c.source == "python-sources":
         yield from _read_files(_python_source_files(), c.min_bytes, c.max_bytes, c.max_documents, seed)
         return
     if not path:
-        raise CorpusError(f"corpus source {c.source!r} needs data.corpus.path (a {'folder' if c.source == 'folder' else 'file or folder'})")
+        raise CorpusError(f"corpus source {c.source!r} needs {field} (a {_what_it_reads(c.source)})")
     root = Path(path)
     if not root.exists():
-        raise CorpusError(f"corpus path {path} does not exist; set data.corpus.path to an existing {c.source} file or folder")
+        raise CorpusError(f"{field} {path} does not exist; set it to an existing {_what_it_reads(c.source)}")
     if c.source == "folder":
         if not root.is_dir():
-            raise CorpusError(f"corpus path {path} is not a folder; the folder source reads files matching data.corpus.glob")
+            raise CorpusError(f"{field} {path} is not a folder; the folder source reads files matching "
+                              "data.corpus.glob")
         files = _matching_files(root, c.glob, c.exclude)
         if not files:
             raise CorpusError(f"no file in {path} matches glob {c.glob!r}" + (f" outside exclude {c.exclude!r}" if c.exclude else "")
@@ -276,6 +280,10 @@ def _read_source(c: CorpusConfig, path: str | None, split: str, seed: int) -> It
             yield from _read_parquet(file, c.text_field)
     else:
         yield from _read_hf(root, c.text_field, split)
+
+
+def _what_it_reads(source: str) -> str:
+    return "folder" if source == "folder" else f"{source} file or folder"
 
 
 def _matching_files(root: Path, globs: str | tuple[str, ...],

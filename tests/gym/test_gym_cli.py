@@ -5,6 +5,8 @@ import pytest
 from gym_paths import FIXTURES, HACKS, RELU_TASK
 from proxycomp.cli import main as proxycomp
 from proxycomp.gym_bridge.cli import steady_rate
+from proxycomp.gym_bridge.config import Candidate
+from proxycomp.gym_bridge.evaluator import Evaluator
 
 
 def main(argv: list[str]) -> int:
@@ -26,7 +28,8 @@ def test_gym_eval_text_and_json(capsys):
 
 def test_gym_eval_bad_paths_are_one_line_errors(capsys):
     assert main(["eval", "--task", RELU_TASK, "--candidate", "/nonexistent.py", "--size", "cpu"]) == 2
-    assert "--candidate '/nonexistent.py' is not a file" in capsys.readouterr().err
+    # The subcommand is named: `proxycomp gym:` left out which of the gym's commands refused.
+    assert capsys.readouterr().err == "proxycomp gym eval: error: --candidate '/nonexistent.py' is not a file\n"
     assert main(["eval", "--task", "no_such_task", "--candidate", str(FIXTURES / "relu_triton.py"),
                  "--size", "cpu"]) == 2
     assert "unknown task 'no_such_task'" in capsys.readouterr().err
@@ -76,3 +79,34 @@ def test_the_steady_rate_leaves_out_each_workers_first_candidate():
     finished = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0]  # two workers: their first results pay for starting the judges
     assert steady_rate(finished, 2) == " (60.0/min after each worker's first)"
     assert steady_rate(finished[:4], 2) == ""  # too few after the first ones to say
+
+
+def test_a_file_of_code_without_model_new_is_named_so():
+    """It was `no_code (no code block found in the reply)`, which a .py file of code does not explain."""
+    class NoJudge:
+        def run(self, jobs, on_result=None):
+            raise AssertionError(f"nothing to judge, got {jobs}")
+
+        def close(self) -> None:
+            pass
+
+    code = "import torch\n\n\ndef relu(x):\n    return torch.clamp(x, min=0)\n"
+    (result,) = Evaluator(NoJudge()).submit([Candidate(task="relu", code=code)])
+    assert result.status == "no_code" and "no class ModelNew" in result.feedback().splitlines()[0]
+
+
+@pytest.mark.parametrize("command, statuses", [
+    ("eval", "Exit status: 0 when the verdict is ok, 1 for any other verdict"),
+    ("bench", "Exit status: 0 when every candidate is correct, 1 when any is not, 2 for bad input"),
+])
+def test_exit_statuses_are_documented(capsys, command, statuses):
+    assert main([command, "--help"]) == 0
+    assert statuses in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_dispatcher_knows_the_gym_commands():
+    """`proxycomp gym <command>: error:` names the commands the gym's parser has."""
+    from proxycomp.cli import SUBCOMMANDS
+    from proxycomp.gym_bridge.cli import _parser
+
+    assert set(SUBCOMMANDS["gym"]) == set(_parser()._subcommands_action.choices)
