@@ -37,6 +37,7 @@ from ..policy import ByteLMPolicy
 from ..pool import timing_lock_path, visible_gpus
 from ..tasks import Task, list_tasks, load_task, load_task_set
 from ..timing import DeviceLock
+from .code_bpb import CodeBpb, code_documents
 from .evaluation import EvalRow, EvaluationConfig, evaluate_policy, format_table
 from .rollout import RolloutConfig
 from .trainer import AlgorithmConfig, RLTrainer
@@ -330,6 +331,13 @@ def _before_rl(config: RLConfig, policy: ByteLMPolicy, evaluator, sets: dict, wa
     return rows, seconds
 
 
+def _code_bpb(evaluation: EvaluationConfig, out_dir: Path, keep: bool) -> CodeBpb:
+    files = evaluation.code_files
+    documents = code_documents(files, evaluation.code_bytes) if evaluation.code_bytes else []
+    what = f"{files or 'proxycomp/ (its own sources)'}, {sum(map(len, documents)) / 1000:.0f} kB"
+    return CodeBpb(out_dir, documents, what, keep)
+
+
 def run(config: RLConfig, args: RunArgs) -> int:
     from lightning.fabric import Fabric
 
@@ -351,6 +359,7 @@ def run(config: RLConfig, args: RunArgs) -> int:
     saved = read_checkpoint(ckpt)
     base = BaseModel(lm_from_checkpoint(saved, ckpt, attn_backend="sdpa", embed_backend="torch"),
                      saved["hyper_parameters"], spm_model_of(saved))
+    code = _code_bpb(config.evaluation, out_dir, keep=resume)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / "config.json", json.dumps(dataclasses.asdict(config), indent=2))
 
@@ -370,6 +379,8 @@ def run(config: RLConfig, args: RunArgs) -> int:
 
     try:
         train_gym = evaluator(config.gym.size)
+        if not resume:
+            code.measure("initial (--ckpt)", base.lm.model)
         warm_model = out_dir / "warmstart" / "model.ckpt"
         if not resume and warm_model.is_file():
             base.load_into(module, fabric, warm_model)
@@ -378,6 +389,8 @@ def run(config: RLConfig, args: RunArgs) -> int:
             _warm_start(config, fabric, policy, base, tasks, train_gym, out_dir)
         # The policy is the warm start itself until RL or a resumed checkpoint changes it.
         warm_dir = warm_model.parent if not resume and warm_model.is_file() else None
+        if not resume:
+            code.measure("before RL" if warm_dir is None else "before RL (after SFT)", base.lm.model)
         if args.warmstart_only:
             _before_rl(config, policy, evaluator, eval_sets, warm_dir)
             print(f"warm start only: {warm_model} and its evaluation before RL", flush=True)
@@ -411,9 +424,12 @@ def run(config: RLConfig, args: RunArgs) -> int:
                 return 0
         rows_after = _evaluate(config, policy, evaluator, eval_sets, f"after {trainer.step} steps")
         write_atomic(out_dir / "eval_after.json", json.dumps(rows_after))
+        code.measure(f"after {trainer.step} steps", base.lm.model)
     finally:
         pool.close()
     table = format_table([EvalRow(**r) for r in rows_before + rows_after])
+    if code.figures:
+        table += "\n\n" + code.table()
     write_atomic(out_dir / "eval.md", table + "\n")
     print(table, flush=True)
     return 0

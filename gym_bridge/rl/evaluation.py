@@ -40,6 +40,10 @@ class EvaluationConfig:
         temperature: sampling temperature
         top_p: nucleus sampling mass
         seed: sampling seed (the same before and after RL)
+        code_files: code the policy was not pretrained on, whose bits per byte are reported for --ckpt, before and
+            after RL (what tuning costs the language model): a file, a folder's *.py files or a glob; null:
+            proxycomp's own core sources
+        code_bytes: score the first whole files of code_files up to this many bytes; 0: no such report
     """
 
     tasks: list[str] | None = None
@@ -52,10 +56,14 @@ class EvaluationConfig:
     temperature: float = 1.0
     top_p: float = 0.95
     seed: int = 12345
+    code_files: str | None = None
+    code_bytes: int = 65536
 
     def __post_init__(self) -> None:
         if self.samples_per_task < 1 or self.turns < 1 or (self.max_tasks is not None and self.max_tasks < 1):
             raise ValueError("evaluation.samples_per_task, evaluation.turns and evaluation.max_tasks: must be >= 1")
+        if self.code_bytes < 0:
+            raise ValueError(f"evaluation.code_bytes: must be >= 0 (0: no report), got {self.code_bytes}")
         unknown = [size for size in self.sizes if size not in SIZES]
         if unknown or not self.sizes:
             raise ValueError(f"evaluation.sizes: {unknown or 'empty'}; use sizes from {', '.join(SIZES)}")

@@ -309,13 +309,22 @@ class MetricsLog:
             if new:
                 writer.writerow(METRIC_COLUMNS)
             writer.writerow([_fmt(metrics.get(c)) for c in METRIC_COLUMNS])
-        shown = ("reward/mean", "correct/turn0", "correct/any", "fast@1.2/best", "prs/rejection_rate",
-                 "mismatch/rejection_rate", "loss/total", "loss/entropy", "time/generate_s", "time/gym_wait_s")
-        print(f"step {metrics['step']:>4}  " + "  ".join(f"{k} {_fmt(metrics.get(k))}" for k in shown), flush=True)
+        def shown(key: str, spec: str) -> str:
+            value = metrics.get(key)
+            return "-" if not isinstance(value, (int, float)) or math.isnan(value) else format(value, spec)
+
+        print(f"step {metrics['step']}: mean reward {shown('reward/mean', '.3f')}; correct "
+              f"{shown('correct/turn0', '.0%')} at turn 0, {shown('correct/any', '.0%')} at any turn; "
+              f"fast@1.2 {shown('fast@1.2/best', '.0%')} at the best turn; rejected by PRS "
+              f"{shown('prs/rejection_rate', '.0%')}, by mismatch {shown('mismatch/rejection_rate', '.0%')}; "
+              f"loss {shown('loss/total', '.4g')}, entropy {shown('loss/entropy', '.4g')}; "
+              f"{shown('time/generate_s', '.1f')} s sampling, {shown('time/gym_wait_s', '.1f')} s waiting for the "
+              "gym", flush=True)
         verdicts = {k.removeprefix("verdict/"): v for k, v in metrics.items() if k.startswith("verdict/")}
         if verdicts:  # why the rewards are what they are, without opening rollouts.jsonl
             most = sorted(verdicts.items(), key=lambda item: -item[1])
-            print("           turns: " + ", ".join(f"{count:.0f} {status}" for status, count in most), flush=True)
+            print("  the gym's verdicts on its turns: " + ", ".join(f"{count:.0f} {status}" for status, count in most),
+                  flush=True)
 
 
 def _fmt(value: Any) -> str:

@@ -1,5 +1,6 @@
 import contextlib
 import json
+import re
 import time
 from pathlib import Path
 
@@ -288,7 +289,10 @@ def test_the_console_says_why_rewards_are_zero(tmp_path, capsys):
     metrics = {"step": 1, **rollout_metrics([Trajectory("t", "", [turn]) for turn in turns])}
     assert (metrics["verdict/no_code"], metrics["verdict/error"]) == (3, 1)
     MetricsLog(tmp_path).write(metrics)
-    assert "turns: 3 no_code, 1 error" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "turns: 3 no_code, 1 error" in out
+    # In words, not metric names: a newcomer reads it without the metrics' glossary.
+    assert out.startswith("step 1: mean reward 0.000; correct 0% at turn 0, 0% at any turn;") and "/" not in out
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
@@ -403,11 +407,17 @@ def test_end_to_end_smoke(tiny_ckpt, tmp_path, capsys):
               "--save_every", "1", "--tasks", "[relu]", "--tasks_per_step", "1", "--rollout.samples_per_task", "2",
               "--rollout.turns", "2",
               "--rollout.prompt_max_bytes", "1600", "--max_context", "4096", "--warmstart.fix_share", "0.3",
-              "--evaluation.samples_per_task", "1", "--evaluation.turns", "1"]
+              "--evaluation.samples_per_task", "1", "--evaluation.turns", "1", "--evaluation.code_bytes", "3000"]
     assert proxycomp(["rl", *common, "--warmstart.steps", "3", "--warmstart.batch_size", "2", "--steps", "2"]) == 0
     printed = capsys.readouterr().out
     assert "warm start step" in printed and "| before RL (after SFT) | cpu | train | all |" in printed
     assert "| after 2 steps |" in printed and "turns: " in printed
+    # What the tuning cost the language model, on code it was not trained on: before and after, printed and kept.
+    phases = ["initial (--ckpt)", "before RL (after SFT)", "after 2 steps"]
+    assert list(json.loads((out / "code_bpb.json").read_text())) == phases
+    for phase in phases:
+        assert re.search(rf"bits per byte on proxycomp/ \(its own sources\), \d+ kB, {re.escape(phase)}: \d", printed)
+        assert f"| {phase} | " in (out / "eval.md").read_text()
     # Warm-start and RL checkpoints are read as a fit checkpoint is.
     for checkpoint in (out / "warmstart" / "model.ckpt", out / "checkpoints" / "last.ckpt"):
         assert proxycomp(["generate", "--ckpt", str(checkpoint), "--prompt", "def f(", "--max_bytes", "4"]) == 0
@@ -418,6 +428,7 @@ def test_end_to_end_smoke(tiny_ckpt, tmp_path, capsys):
     assert first["time/generate_s"] > 0 and first["time/gym_wait_s"] > 0
     assert proxycomp(["rl", *common, "--steps", "3", "--resume"]) == 0
     assert "resumed at step 2" in capsys.readouterr().out
+    assert list(json.loads((out / "code_bpb.json").read_text())) == [*phases, "after 3 steps"]
     rows = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["step"] for r in rows] == [1, 2, 3]
 

@@ -1,0 +1,59 @@
+"""What tuning costs the language model: the policy's bits per byte on code it was not pretrained on, for the --ckpt
+model, before RL (after the warm start) and after RL.
+
+A warm start of a few hundred steps on a few dozen kernel examples teaches a small model those kernels and can cost
+it most of what it knew of other code (docs/rl.md measures it); the gym's rewards cannot show that, this figure does.
+It is `proxycomp eval-bpb`'s: raw bytes, windows of the model's max_seq_len, stride half of it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from proxycomp.cli import read_documents
+from proxycomp.files import write_atomic
+from proxycomp.model import Transformer
+from proxycomp.scoring import score_documents
+
+CODE_BPB_FILE = "code_bpb.json"
+
+
+def default_code_files() -> str:
+    """proxycomp's own core sources: not among the interpreter's files that `python-sources` reads when the package
+    is installed editable (`make install`); a policy pretrained elsewhere should name its own held-out files."""
+    import proxycomp
+
+    return str(Path(proxycomp.__file__).parent)
+
+
+def code_documents(files: str | None, budget: int) -> list[bytes]:
+    """Whole files of `files` (a file, a folder's *.py files or a glob; null: `default_code_files`), in path order,
+    until they hold `budget` bytes."""
+    documents, total = [], 0
+    for document in read_documents(files or default_code_files()):
+        if total >= budget:
+            break
+        documents.append(document)
+        total += len(document)
+    return documents
+
+
+class CodeBpb:
+    """The figures of one run by phase, kept in OUT/code_bpb.json (a resumed run keeps those measured before)."""
+
+    def __init__(self, out_dir: Path, documents: list[bytes], what: str, keep: bool) -> None:
+        self.path, self.documents, self.what = out_dir / CODE_BPB_FILE, documents, what
+        self.figures: dict[str, float] = json.loads(self.path.read_text()) if keep and self.path.is_file() else {}
+
+    def measure(self, phase: str, model: Transformer) -> None:
+        if not self.documents:
+            return
+        seq_len = model.config.max_seq_len
+        bpb = score_documents(model, self.documents, seq_len, max(1, seq_len // 2)).bits_per_byte
+        self.figures[phase] = bpb
+        write_atomic(self.path, json.dumps(self.figures, indent=1))
+        print(f"bits per byte on {self.what}, {phase}: {bpb:.3f}", flush=True)
+
+    def table(self) -> str:
+        lines = [f"| phase | bits per byte on {self.what} |", "|---|---|"]
+        return "\n".join(lines + [f"| {phase} | {bpb:.3f} |" for phase, bpb in self.figures.items()])
