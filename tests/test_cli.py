@@ -138,6 +138,17 @@ def test_last_continues_the_newest_run_for_more_steps_in_its_own_folder(run_copy
 
 
 @pytest.mark.slow
+def test_resuming_a_finished_run_says_there_is_nothing_to_train(run_copy, capsys):
+    """It was a silent no-op with status 0."""
+    before = {p: p.read_bytes() for p in Path("runs").rglob("*") if p.is_file()}
+    rc, _, err = run(["fit", "--config", "tiny.yaml", "--ckpt_path", "last"], capsys)
+    assert rc == 0 and err == ("fit: runs/proxycomp/version_0/checkpoints/last.ckpt is at step 5, which "
+                               "trainer.max_steps (5) does not pass: nothing to train; pass a larger "
+                               "--trainer.max_steps to train it further\n")
+    assert {p: p.read_bytes() for p in Path("runs").rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.slow
 def test_a_failed_resume_leaves_the_run_folder_as_it_was(run_copy, capsys):
     def files():
         return {p: p.read_bytes() for p in sorted(Path("runs").rglob("*")) if p.is_file()}
