@@ -1,10 +1,11 @@
 """`ProxyCLI`: the LightningCLI behind `proxycomp fit` and `validate` (built by `proxycomp.cli.build_cli`).
 
 On top of LightningCLI: the checkpoint and LR-monitor callbacks, the links from the data module into the model
-and the mixing schedule, atomic checkpoints, run folders (`--ckpt_path last`, a resumed run logging on in its
-own folder, no folder left by a failed run or by `validate`), a stop at a step boundary that validates and
+and the mixing schedule, atomic checkpoints, run folders (`--ckpt_path last`, `--run_name`, a resumed run logging
+on in its own folder, no folder left by a failed run or by `validate`), progress as plain lines when stdout is no
+terminal, where the run writes said at its start and end, a stop at a step boundary that validates and
 checkpoints, `--init_from` (weights only, for a new schedule), and one-line errors for configs and checkpoints
-that cannot work.
+that cannot work (a checkpoint validated on other data, GPU-only settings on a CPU among them).
 """
 from __future__ import annotations
 
@@ -252,4 +253,3 @@ class ProxyCLI(LightningCLI):
     def interrupted(self) -> bool:
         """Whether fit stopped early because of Ctrl-C."""
         return any(isinstance(c, StopAtStepBoundary) and c.interrupted for c in self.trainer.callbacks)
-
