@@ -117,8 +117,9 @@ def generate_main(argv: list[str]) -> int:
     return 0
 
 
-def read_documents(spec: str, pattern: str = "**/*.py") -> list[bytes]:
-    """The files named by `spec`: one file, every file under a folder matching `pattern`, or a glob."""
+def read_documents(spec: str, pattern: str = "**/*.py", flag: str = "--data") -> list[bytes]:
+    """The files named by `spec` (given as `flag`): one file, every file under a folder matching `pattern`, or a
+    glob."""
     path = Path(spec)
     if path.is_file():
         files = [path]
@@ -128,7 +129,7 @@ def read_documents(spec: str, pattern: str = "**/*.py") -> list[bytes]:
         files = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
     if not files:
         where = f"no file under {spec} matches {pattern!r}" if path.is_dir() else f"{spec} is no file, folder or matching glob"
-        raise UserError(f"--data: {where}; pass a file, a folder of sources or a quoted glob such as 'src/**/*.py'")
+        raise UserError(f"{flag}: {where}; pass a file, a folder of sources or a quoted glob such as 'src/**/*.py'")
     return [f.read_bytes() for f in files]
 
 

@@ -30,7 +30,7 @@ def code_documents(files: str | None, budget: int) -> list[bytes]:
     """Whole files of `files` (a file, a folder's *.py files or a glob; null: `default_code_files`), in path order,
     until they hold `budget` bytes."""
     documents, total = [], 0
-    for document in read_documents(files or default_code_files()):
+    for document in read_documents(files or default_code_files(), flag="evaluation.code_files"):
         if total >= budget:
             break
         documents.append(document)

@@ -78,7 +78,7 @@ def test_bad_bench_input_is_one_line(tmp_path, capsys):
     for argv, message in cases:
         rc, _, err = gym(argv, capsys)
         assert rc == 2 and message in err and "Traceback" not in err, (argv, err)
-        assert err.strip().startswith("proxycomp gym: error:")
+        assert err.strip().startswith(f"proxycomp gym {argv[0]}: error:")
 
 
 TASK_TEXT = "import torch\nclass Model(torch.nn.Module):\n    pass\ndef get_inputs():\n    return []\n" \
@@ -195,4 +195,4 @@ def test_size_gpu_without_cuda_is_one_line_through_the_cli(capsys):
                                                           str(CANDIDATES / "relu.py"), "--size", "gpu"]):
         rc, _, err = gym(argv, capsys)
         assert rc == 2 and "this machine has no CUDA" in err and "Traceback" not in err, err
-        assert err.strip().startswith("proxycomp gym: error:") and len(err.strip().splitlines()) == 1
+        assert err.strip().startswith(f"proxycomp gym {argv[0]}: error:") and len(err.strip().splitlines()) == 1

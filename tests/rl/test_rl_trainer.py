@@ -433,6 +433,13 @@ def test_end_to_end_smoke(tiny_ckpt, tmp_path, capsys):
     assert [json.loads(r)["step"] for r in rows] == [1, 2, 3]
 
 
+def test_code_files_that_name_nothing_are_one_line(tiny_ckpt, tmp_path, capsys):
+    assert proxycomp(["rl", "--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "run"),
+                      "--evaluation.code_files", str(tmp_path / "none")]) == 2
+    assert capsys.readouterr().err.startswith("proxycomp rl: error: evaluation.code_files: ")
+    assert not (tmp_path / "run").exists()
+
+
 def test_estimator_options_reach_the_estimator_and_unknown_ones_fail_early():
     assert AlgorithmConfig(estimator="grpo", estimator_options={"std_normalize": True}).estimator_options
     with pytest.raises(ValueError, match="algorithm.estimator_options: trloo refuses"):
