@@ -7,7 +7,8 @@ then samples a continuation of "def fib(" from the saved checkpoint with `proxyc
 pretrained model goes on as a kernel-writing policy: `proxycomp rl` with recipes/rl/demo_cpu.yaml warm-starts it
 on the kernel corpus and runs a short multi-turn TRLOO episode on gym tasks, and the demo prints what the gym said
 of each kernel it wrote, and what the tuning cost the model on code it was not trained on.
-Extra arguments are passed on as CLI overrides, e.g. `python tools/demo.py --trainer.max_steps 100`.
+Extra arguments are passed on as overrides of the fit recipe, and those after `--rl` as overrides of the RL recipe,
+e.g. `python tools/demo.py --trainer.max_steps 100 --rl --warmstart.steps 50`.
 """
 from __future__ import annotations
 
@@ -74,11 +75,13 @@ def rl_report(rl_out: Path) -> str:
     return "\n".join(lines)
 
 
-def main(overrides: list[str]) -> int:
+def main(argv: list[str]) -> int:
     from proxycomp.cli import build_cli
     from proxycomp.cli import main as proxycomp
     from proxycomp.lightning_cli import ignore_library_warnings
 
+    split = argv.index("--rl") if "--rl" in argv else len(argv)
+    overrides, rl_overrides = argv[:split], argv[split + 1:]
     start = time.perf_counter()
     cli = build_cli(["--config", str(RECIPE), *overrides], run=False)
     trainer, lm, data = cli.trainer, cli.model, cli.datamodule
@@ -107,7 +110,7 @@ def main(overrides: list[str]) -> int:
           "tasks, relu and silu: a supervised warm start on correct and broken variants of their solutions (with the "
           "gym's verdicts), then multi-turn TRLOO steps. The gym runs each kernel on the CPU in Triton's interpreter "
           "and rewards correctness.", flush=True)
-    status = proxycomp(["rl", "--config", str(RL_RECIPE), "--ckpt", checkpoint, "--out", str(rl_out)])
+    status = proxycomp(["rl", "--config", str(RL_RECIPE), "--ckpt", checkpoint, "--out", str(rl_out), *rl_overrides])
     if status:
         return status
     print(f"\n{rl_report(rl_out)}")
