@@ -1,8 +1,12 @@
+import re
+
 import lightning as L
 import pytest
+import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
+from torch.utils.data import DataLoader
 
-from proxycomp.progress import SparseMetricsProgressBar
+from proxycomp.progress import LineProgress, SparseMetricsProgressBar
 
 
 class LoggingModel(BoringModel):
@@ -56,3 +60,29 @@ def test_the_bar_counts_steps_out_of_max_steps_also_after_a_resume(tmp_path):
 def test_bad_interval_is_refused():
     with pytest.raises(ValueError, match="metrics_every_n_steps"):
         SparseMetricsProgressBar(metrics_every_n_steps=0)
+
+
+class SymbolsModel(LoggingModel):
+    """Batches as proxycomp's data module makes them: a dict holding the input ids (4 per row)."""
+
+    def train_dataloader(self):
+        rows = [{"input_ids": torch.zeros(4, dtype=torch.long), "x": torch.randn(32)} for _ in range(64)]
+        return DataLoader(rows, batch_size=2)
+
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch["x"], batch_idx)
+
+
+def test_lines_for_a_log_file_say_step_rate_time_left_and_loss(capsys):
+    """With stdout in a file, the bar showed nothing until the run ended; the lines come as the run goes."""
+    trainer = L.Trainer(accelerator="cpu", max_steps=6, val_check_interval=3, limit_val_batches=1,
+                        num_sanity_val_steps=0, callbacks=[LineProgress(every_s=1e-9)], logger=False,
+                        enable_checkpointing=False, enable_model_summary=False)
+    trainer.fit(SymbolsModel())
+    lines = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"step 1/6  loss \d+\.\d{3}", lines[0]), lines
+    rates = [line for line in lines[1:] if "val/bpb" not in line]
+    assert [int(line.split()[1].split("/")[0]) for line in rates] == [2, 3, 4, 5, 6], lines
+    for line in rates:  # 8 symbols a step (2 rows of 4)
+        assert re.fullmatch(r"step \d/6  loss \d+\.\d{3}  [\d,]+ symbols/s  ETA \d+:\d\d:\d\d", line), line
+    assert rates[-1].endswith("ETA 0:00:00")
