@@ -5,8 +5,6 @@ import pytest
 from gym_paths import FIXTURES, HACKS, RELU_TASK
 from proxycomp.cli import main as proxycomp
 from proxycomp.gym_bridge.cli import steady_rate
-from proxycomp.gym_bridge.config import Candidate
-from proxycomp.gym_bridge.evaluator import Evaluator
 
 
 def main(argv: list[str]) -> int:
@@ -81,18 +79,13 @@ def test_the_steady_rate_leaves_out_each_workers_first_candidate():
     assert steady_rate(finished[:4], 2) == ""  # too few after the first ones to say
 
 
-def test_a_file_of_code_without_model_new_is_named_so():
+@pytest.mark.slow
+def test_a_file_of_code_without_model_new_is_named_so(tmp_path, capsys):
     """It was `no_code (no code block found in the reply)`, which a .py file of code does not explain."""
-    class NoJudge:
-        def run(self, jobs, on_result=None):
-            raise AssertionError(f"nothing to judge, got {jobs}")
-
-        def close(self) -> None:
-            pass
-
-    code = "import torch\n\n\ndef relu(x):\n    return torch.clamp(x, min=0)\n"
-    (result,) = Evaluator(NoJudge()).submit([Candidate(task="relu", code=code)])
-    assert result.status == "no_code" and "no class ModelNew" in result.feedback().splitlines()[0]
+    candidate = tmp_path / "relu.py"
+    candidate.write_text("import torch\n\n\ndef relu(x):\n    return torch.clamp(x, min=0)\n")
+    assert main(["eval", "--task", "relu", "--candidate", str(candidate), "--size", "cpu"]) == 1
+    assert "status: no_code (no ```python block and no class ModelNew in the reply" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("command, statuses", [
