@@ -20,7 +20,8 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
     out = tmp_path / "cmp"
     overrides = ["--tasks", "[relu]", "--tasks_per_step", "1", "--steps", "1", "--rollout.samples_per_task", "2",
                  "--warmstart.steps", "2", "--warmstart.batch_size", "2", "--evaluation.samples_per_task", "1",
-                 "--evaluation.turns", "1", "--gym.workers", "1"]
+                 "--evaluation.turns", "1", "--gym.workers", "1",
+                 "--evaluation.code_bytes", "0"]  # the code figure (test_rl_trainer) costs a tiny 4096-symbol model 3 s
     status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out),
                               "--estimators", "trloo,grpo", "--parallel", "--", *overrides])
     assert status == 0, (out / "trloo.log").read_text()[-2000:]
