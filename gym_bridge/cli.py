@@ -11,6 +11,7 @@ import time
 
 from proxycomp.benchmarks import add_benchmarks_option, append_block
 from proxycomp.cli import command_parser
+from proxycomp.defaults import default_device
 from proxycomp.errors import UserError
 
 from .benchmark import Entry, append_row, load_rows, pair_candidates, row, summary, summary_line, table
@@ -25,9 +26,7 @@ BENCHMARKS_PATH = "BENCHMARKS.md"  # --benchmarks' default
 
 
 def _default_size() -> str:
-    import torch
-
-    return "gpu" if torch.cuda.is_available() else "cpu"
+    return "gpu" if default_device() == "cuda" else "cpu"
 
 
 def _judging_options(p) -> None:

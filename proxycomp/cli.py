@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from proxycomp.defaults import default_device, default_stride
 from proxycomp.errors import UserError
 from proxycomp.files import no_room, no_room_message
 
@@ -67,12 +68,6 @@ def _lightning(verb: str) -> Callable[[list[str]], int]:
 
 
 # ---- generate / eval-bpb -----------------------------------------------------------------------------------------
-def _default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def _usable_device(name: str) -> str:
     """--device, refused in one line when this machine has no such device (loading would blame the checkpoint)."""
     import torch
@@ -96,7 +91,7 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--top_k", type=int | None, default=None, help="sample among the k likeliest bytes; null: all")
     p.add_argument("--top_p", type=float, default=0.95, help="nucleus sampling mass, in (0, 1]")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--device", default=_default_device(), help="cpu or cuda")
+    p.add_argument("--device", default=default_device(), help="cpu or cuda")
     args = p.parse_args(argv)
     if args.max_bytes < 0 or args.temperature < 0:
         raise UserError("--max_bytes and --temperature must be >= 0")
@@ -141,7 +136,7 @@ def eval_bpb_main(argv: list[str]) -> int:
     p.add_argument("--seq_len", type=int | None, default=None, help="window length; null: the model's max_seq_len")
     p.add_argument("--stride", type=int | None, default=None, help="window step; null: half the window")
     p.add_argument("--batch_size", type=int, default=8, help="rows per forward")
-    p.add_argument("--device", default=_default_device(), help="cpu or cuda")
+    p.add_argument("--device", default=default_device(), help="cpu or cuda")
     args = p.parse_args(argv)
 
     from proxycomp.checkpoint import load_lm
@@ -150,7 +145,7 @@ def eval_bpb_main(argv: list[str]) -> int:
     documents = read_documents(args.data, args.glob)
     model = load_lm(args.ckpt, map_location=_usable_device(args.device)).model
     seq_len = args.seq_len or model.config.max_seq_len
-    stride = args.stride or max(1, seq_len // 2)
+    stride = args.stride or default_stride(seq_len)
     if seq_len < 2 or not 1 <= stride <= seq_len:
         raise UserError(f"need --seq_len >= 2 and 1 <= --stride <= --seq_len, got {seq_len} and {stride}")
     if seq_len > model.config.max_seq_len:

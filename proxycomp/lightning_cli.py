@@ -21,6 +21,7 @@ from lightning.pytorch.callbacks.progress import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from proxycomp.checkpoint import DATA_STATE_KEY, AtomicCheckpointIO, init_weights, reading
+from proxycomp.defaults import GRAD_CLIP, default_precision
 from proxycomp.errors import UserError
 from proxycomp.progress import LineProgress, SparseMetricsProgressBar
 from proxycomp.runs import (
@@ -81,8 +82,8 @@ def gpu_only_setting(arch, training: bool) -> tuple[str, str] | None:
 
 def trainer_defaults() -> dict:
     return {
-        "precision": "bf16-mixed" if torch.cuda.is_available() else "32-true",
-        "gradient_clip_val": 1.0,
+        "precision": default_precision(),
+        "gradient_clip_val": GRAD_CLIP,
         "log_every_n_steps": 10,
         "logger": [
             {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "runs", "name": "proxycomp"}},

@@ -27,6 +27,7 @@ import torch
 
 from proxycomp.checkpoint import lm_state, model_weights, reading, save_lm
 from proxycomp.cli import command_parser
+from proxycomp.defaults import default_precision
 from proxycomp.errors import UserError
 from proxycomp.files import write_atomic
 from proxycomp.lit import ProxyLM
@@ -363,7 +364,7 @@ def run(config: RLConfig, args: RunArgs) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / "config.json", json.dumps(dataclasses.asdict(config), indent=2))
 
-    precision = config.fabric.precision or ("bf16-mixed" if torch.cuda.is_available() else "32-true")
+    precision = config.fabric.precision or default_precision()
     fabric = Fabric(accelerator=config.fabric.accelerator, devices=1, precision=precision,
                     plugins=[AtomicCheckpointIO()])
     fabric.seed_everything(config.seed)

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from proxycomp.cli import read_documents
+from proxycomp.defaults import default_stride
 from proxycomp.files import write_atomic
 from proxycomp.model import Transformer
 from proxycomp.scoring import score_documents
@@ -49,7 +50,7 @@ class CodeBpb:
         if not self.documents:
             return
         seq_len = model.config.max_seq_len
-        bpb = score_documents(model, self.documents, seq_len, max(1, seq_len // 2)).bits_per_byte
+        bpb = score_documents(model, self.documents, seq_len, default_stride(seq_len)).bits_per_byte
         self.figures[phase] = bpb
         write_atomic(self.path, json.dumps(self.figures, indent=1))
         print(f"bits per byte on {self.what}, {phase}: {bpb:.3f}", flush=True)

@@ -28,6 +28,7 @@ import torch
 from lightning.fabric import Fabric
 
 from proxycomp.checkpoint import lm_state, model_weights, reading
+from proxycomp.defaults import GRAD_CLIP
 from proxycomp.files import write_atomic
 
 from ..evaluator import Evaluator
@@ -74,7 +75,7 @@ class AlgorithmConfig:
     gamma: float = 1.0
     lr: float = 1e-6
     weight_decay: float = 0.0
-    grad_clip: float = 1.0
+    grad_clip: float = GRAD_CLIP
     updates_per_step: int = 1
     micro_batch: int = 8
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from proxycomp.defaults import GRAD_CLIP
 from proxycomp.errors import UserError
 from proxycomp.files import write_atomic
 
@@ -100,7 +101,7 @@ class WarmStartConfig:
     batch_size: int = 8
     lr: float = 1e-3
     weight_decay: float = 0.0
-    grad_clip: float = 1.0
+    grad_clip: float = GRAD_CLIP
     label_tasks: int | None = None
     fix_share: float = 0.4
     first_turn_broken_share: float = 0.0

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from proxycomp.benchmarks import add_benchmarks_option, append_block
 from proxycomp.data import CorpusConfig, MixingSchedule, TrainStream, load_corpus
+from proxycomp.defaults import SPM_VOCAB_SIZE
 from proxycomp.views import ViewConfig, train_spm
 
 BENCHMARKS = Path("BENCHMARKS.md")  # --benchmarks' default
@@ -53,7 +54,7 @@ def table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--max_documents", type=int, default=400, help="python-sources sample size")
-    p.add_argument("--spm_vocab_size", type=int, default=8192, help="SentencePiece pieces")
+    p.add_argument("--spm_vocab_size", type=int, default=SPM_VOCAB_SIZE, help="SentencePiece pieces")
     p.add_argument("--spm_train_bytes", type=int, default=10_000_000, help="bytes the SentencePiece model trains on")
     p.add_argument("--zstd_level", type=int, default=3, help="zstd compression level")
     p.add_argument("--brotli_quality", type=int, default=5, help="brotli quality")

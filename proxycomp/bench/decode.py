@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from proxycomp.defaults import default_device
 from proxycomp.generate import DECODE_MODES, generate
 from proxycomp.model import ModelConfig, Transformer
 from proxycomp.vocab import raw_prompt
@@ -60,7 +61,7 @@ def main() -> int:
     modes = [m for m in args.modes.split(",") if m]
     if not modes or any(m not in DECODE_MODES or m == "auto" for m in modes) or modes[0] != "dynamic":
         parser.error(f"--modes: start with dynamic, then any of {', '.join(DECODE_MODES[2:])}")
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(default_device())
     torch.manual_seed(0)
     model = build_model(args, device)
     text = Path(torch.__file__).read_bytes()  # real code bytes as prompts

@@ -62,6 +62,7 @@ from proxycomp.bench.data import measure  # noqa: E402
 from proxycomp.benchmarks import add_benchmarks_option, append_block  # noqa: E402
 from proxycomp.data import CorpusConfig, MixingSchedule, TrainStream, load_corpus  # noqa: E402
 from proxycomp.data.packing import collate, pack_window  # noqa: E402
+from proxycomp.defaults import GRAD_CLIP, SPM_VOCAB_SIZE, default_device, default_precision  # noqa: E402
 from proxycomp.losses import IGNORE_INDEX  # noqa: E402
 from proxycomp.lit import OptimConfig, ProxyLM  # noqa: E402
 from proxycomp.model import ModelConfig, Transformer, flops_per_symbol, matmul_params  # noqa: E402
@@ -107,7 +108,7 @@ PRESETS = {
     # GPT-2 small/medium widths and depths (head size 64) at the issue's context and batch.
     "h200": Preset((ModelSize("d768", 768, 12, 12, 4096, 8), ModelSize("d1024", 1024, 24, 16, 4096, 4)),
                    warmup=5, steps=20, matmul_size=8192, compile_backend="inductor", data_documents=600,
-                   spm_vocab_size=8192),
+                   spm_vocab_size=SPM_VOCAB_SIZE),
     "tiny": Preset((ModelSize("d64", 64, 2, 2, 64, 2),), warmup=1, steps=2, matmul_size=256,
                    compile_backend="aot_eager", data_documents=40, spm_vocab_size=512),
 }
@@ -304,8 +305,8 @@ def run_fit(arm: Arm, size: ModelSize, work: Workload, device: torch.device, pre
     timed = TimedWindow(warmup, WindowTimer(device, profile_to))
     with tempfile.TemporaryDirectory() as logs:
         trainer = L.Trainer(
-            accelerator=device.type, devices=1, precision="bf16-mixed" if device.type == "cuda" else "32-true",
-            gradient_clip_val=1.0, max_steps=warmup + steps, log_every_n_steps=LOG_EVERY_N_STEPS,
+            accelerator=device.type, devices=1, precision=default_precision(device.type),
+            gradient_clip_val=GRAD_CLIP, max_steps=warmup + steps, log_every_n_steps=LOG_EVERY_N_STEPS,
             logger=CSVLogger(logs, name="bench_train"), callbacks=[timed], enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
         )
@@ -482,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args, preset, models, arms, argv: list[str]) -> int:
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(default_device())
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # the arms' matmul dtype (autocast or fp32)
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({platform.machine()})"
 

@@ -7,6 +7,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from proxycomp.defaults import default_stride
 from proxycomp.scoring import score_documents
 
 
@@ -54,7 +55,7 @@ class ValBpbCurve(Callback):
 
     def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         dm = self._datamodule
-        bpb = score_documents(pl_module.model, self._documents, dm.seq_len, self.stride or max(1, dm.seq_len // 2),
+        bpb = score_documents(pl_module.model, self._documents, dm.seq_len, self.stride or default_stride(dm.seq_len),
                               dm.scored_view, self.batch_size).bits_per_byte
         step = trainer.global_step
         self.points.append({"step": step, "val_bpb": bpb})

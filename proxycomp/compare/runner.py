@@ -37,6 +37,7 @@ from proxycomp.data import (
     ReplayStream,
     load_corpus,
 )
+from proxycomp.defaults import GRAD_CLIP, default_device, default_precision
 from proxycomp.files import atomic_path, write_atomic
 from proxycomp.scoring import score_documents
 from proxycomp.views import ViewConfig, train_spm
@@ -167,7 +168,7 @@ class Comparison:
         self.log(f"{name}: fit in {fit_s:.0f} s (data setup included), scoring")
         documents = leading_documents([d.data for d in dm.corpus.val], self.spec.eval_max_bytes)
         # Lightning's teardown leaves the model on the CPU; score it where it trained (the Triton backend needs CUDA).
-        model = lm.model.to("cuda" if torch.cuda.is_available() else "cpu")
+        model = lm.model.to(default_device())
         s, view = self.spec, dm.scored_view
         clean = score_documents(model, documents, s.seq_len, s.stride, view, s.eval_batch_size)
         perturbed = score_documents(model, self.perturbed(documents), s.seq_len, s.stride, view, s.eval_batch_size)
@@ -202,8 +203,8 @@ class Comparison:
             "seed_everything": seed,
             "trainer": {
                 "max_steps": plan.max_steps,
-                "precision": s.precision or ("bf16-mixed" if torch.cuda.is_available() else "32-true"),
-                "gradient_clip_val": 1.0,
+                "precision": s.precision or default_precision(),
+                "gradient_clip_val": GRAD_CLIP,
                 "limit_val_batches": 0,  # the curve callback scores the arm's own metric instead
                 "num_sanity_val_steps": 0,
                 "log_every_n_steps": max(1, min(50, every)),

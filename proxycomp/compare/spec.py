@@ -11,6 +11,7 @@ from proxycomp.compare.arms import MODEL_SIZES, SIZE_LR, CompareError
 from proxycomp.compare.budget import Budget
 from proxycomp.configs import changed_fields
 from proxycomp.data.corpus import CorpusConfig
+from proxycomp.defaults import SPM_VOCAB_SIZE, default_stride
 
 PRESETS = resources.files("proxycomp.recipes") / "baselines"
 # Fields that change how fast a comparison runs, not what it measures: a results folder may be resumed
@@ -62,7 +63,7 @@ class CompareSpec:
     seq_len: int = 256
     batch_size: int = 8
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
-    spm_vocab_size: int = 8192
+    spm_vocab_size: int = SPM_VOCAB_SIZE
     spm_train_bytes: int = 20_000_000
     num_workers: int = 2
     seed: int = 0
@@ -99,7 +100,7 @@ class CompareSpec:
 
     @property
     def stride(self) -> int:
-        return self.eval_stride or max(1, self.seq_len // 2)
+        return self.eval_stride or default_stride(self.seq_len)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from proxycomp.defaults import SPM_VOCAB_SIZE
 from proxycomp.views.base import View, ViewError
 from proxycomp.views.byte_codecs import BrotliView, RawView, ZstdView
 from proxycomp.views.spm import SpmView
@@ -38,7 +39,7 @@ class ViewConfig:
     """
 
     names: tuple[str, ...] = ("raw", "spm")
-    spm_vocab_size: int = 8192
+    spm_vocab_size: int = SPM_VOCAB_SIZE
     spm_train_bytes: int = 20_000_000
     spm_model_file: str | None = None
     zstd_level: int = 3
