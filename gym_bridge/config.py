@@ -24,7 +24,14 @@ class RewardWeights:
     KernelGYM's R = C + C·min(s, 3) + C·PR less its coverage weight: the coverage term is a penalty for device time
     spent outside the candidate's Triton kernels, not a bonus. Coverage is what the candidate's own process reports
     (its profile), so it may only lower a reward: a forged profile can erase the penalty, never earn more than the
-    correctness and speed terms that the judge measured itself (docs/gym.md)."""
+    correctness and speed terms that the judge measured itself (docs/gym.md).
+
+    Args:
+        correct: weight of correctness
+        speed: weight of the capped speedup
+        coverage: weight of the penalty for device time outside the candidate's Triton kernels
+        speedup_cap: the speedup counts up to this
+    """
 
     correct: float = 1.0
     speed: float = 1.0
@@ -46,6 +53,28 @@ class EvalConfig:
     `profile_calls` how many calls the profiler watches for the coverage, after the timing.
     `seed` None (the default) has the judge draw secret seeds per evaluation, so no candidate can compute its
     outputs in advance; a fixed seed makes an evaluation repeatable and gives that defence up.
+
+    Args:
+        size: problem size: cpu, gpu or gpu_heldout
+        correct_trials: random inputs a candidate must match the reference on
+        seed: input seed; null: secret seeds drawn per evaluation
+        tolerances: atol = rtol per output dtype
+        timeout_s: wall seconds per candidate
+        retries: retries of a job whose judge failed (an infrastructure fault, not the candidate's)
+        warmup: untimed calls before the timing
+        timing_trials: timed calls (GPU)
+        input_sets: input tensors each side keeps for timing
+        l2_flush_mb: L2 cache flushed between timed calls, in MB
+        compile_reference: time the reference under torch.compile
+        suspicious_speedup: a speedup above this is measured again and the less flattering figure kept
+        profile_calls: calls the profiler watches for the Triton coverage
+        weights: the reward's weights
+        extra_allowed_ops: aten ops (e.g. add.Tensor) allowed as glue besides the default list
+        memory_limit_mb: memory cap of each candidate process, in MB
+        cpu_limit_s: CPU seconds cap of each candidate process
+        atol: absolute tolerance for every dtype; null: tolerances
+        rtol: relative tolerance for every dtype; null: tolerances
+        strict: torch compute beside a Triton kernel is a hacking verdict
     """
 
     size: str = "cpu"

@@ -3,12 +3,14 @@
 `LocalPool` runs jobs on N slots. A slot is a judge process (judge.py), forked by the pool's `Zygote` (zygote.py) at
 its first job and kept for the pool's life; the judge asks the same zygote for a fresh candidate process per job. On
 GPUs every slot is pinned to one GPU (CUDA_VISIBLE_DEVICES), one slot per GPU by default; slots sharing a GPU take
-turns timing (timing.DeviceLock). A judge that dies, answers garbage or falls silent past the job's timeout plus a
-margin is an infrastructure fault: it is replaced and the job retried up to `config.retries` times. A candidate that
-crashes, hangs or attacks gets its own verdict from its judge and costs nothing else.
+turns timing (timing.DeviceLock), and a policy computing on that GPU holds the same lock shared (`gpu_turn`). A judge
+that dies, answers garbage or falls silent past the job's timeout plus a margin is an infrastructure fault: it is
+replaced and the job retried up to `config.retries` times. A candidate that crashes, hangs or attacks gets its own
+verdict from its judge and costs nothing else.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -24,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import ContextManager
 
 from . import wire
 from .config import Job
@@ -181,6 +184,26 @@ def timing_lock_path(gpu: str) -> str:
     """One lock file per physical GPU (its CUDA_VISIBLE_DEVICES name), shared by every pool on the machine."""
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in gpu)
     return os.path.join(tempfile.gettempdir(), f"proxycomp-gym-timing-gpu{safe}.lock")
+
+
+def gpu_turn(device) -> Callable[[], ContextManager]:
+    """The policy's shared hold on the timing lock of its GPU (timing.DeviceLock) for a `torch.device`: the judges of
+    every pool on the machine time no candidate while the policy samples or updates on that GPU."""
+    import torch
+
+    from .timing import DeviceLock
+
+    if device.type != "cuda":
+        return contextlib.nullcontext
+    lock = DeviceLock(timing_lock_path(visible_gpus(torch.cuda.device_count())[device.index or 0]))
+
+    @contextlib.contextmanager
+    def turn():
+        with lock.share():
+            yield
+            torch.cuda.synchronize(device)  # queued kernels (an optimizer step) finish before a timing may start
+
+    return turn
 
 
 class LocalPool:

@@ -46,6 +46,13 @@ class CodeBpb:
         self.path, self.documents, self.what = out_dir / CODE_BPB_FILE, documents, what
         self.figures: dict[str, float] = json.loads(self.path.read_text()) if keep and self.path.is_file() else {}
 
+    @classmethod
+    def of_files(cls, files: str | None, budget: int, out_dir: Path, keep: bool) -> CodeBpb:
+        """Figures on `code_documents(files, budget)`; a `budget` of 0 measures nothing."""
+        documents = code_documents(files, budget) if budget else []
+        return cls(out_dir, documents, f"{files or 'proxycomp/ (its own sources)'}, "
+                                       f"{sum(map(len, documents)) / 1000:.0f} kB", keep)
+
     def measure(self, phase: str, model: Transformer) -> None:
         if not self.documents:
             return

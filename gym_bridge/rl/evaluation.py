@@ -8,10 +8,16 @@ before/after table; `rl.compare` adds confidence intervals.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
+
+from proxycomp.files import write_atomic
 
 from ..config import SIZES
 from ..evaluator import Evaluator
@@ -110,3 +116,63 @@ def format_table(rows: Sequence[EvalRow]) -> str:
                  *(f"{row.metrics[c]:.3f}" for c in SUMMARY_COLUMNS)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+class HeldOut:
+    """The held-out evaluation of one run: the policy on `sets` at every size of `config.sizes`, judged by
+    `evaluator(size)`, its rows kept in OUT/eval_before.json and OUT/eval_after.json and tabled in OUT/eval.md.
+    `settings` (what decides what it measures) key the rows kept beside a warm start."""
+
+    def __init__(self, sets: dict[str, Sequence[Task]], evaluator: Callable[[str], Evaluator],
+                 rollout: RolloutConfig, config: EvaluationConfig, settings: dict, out_dir: Path) -> None:
+        self.sets, self.evaluator, self.rollout, self.config = sets, evaluator, rollout, config
+        self.settings, self.out_dir = settings, Path(out_dir)
+
+    def measure(self, policy: Policy, phase: str) -> list[dict]:
+        started, rows = time.monotonic(), []
+        for size in self.config.sizes:
+            rows += [dataclasses.asdict(r) for r in evaluate_policy(
+                policy, self.evaluator(size), size, self.sets, self.rollout, self.config, phase)]
+        print(f"evaluation {phase}: {time.monotonic() - started:.0f} s", flush=True)
+        return rows
+
+    def baseline(self, policy: Policy, warm_dir: Path | None) -> tuple[list[dict], float]:
+        """The rows of the policy before RL, and the seconds they took to measure. A warm start's rows are kept
+        beside its model (warm_dir/eval_before.json) and reused by every run from that model with the same
+        settings, so the estimators of one comparison start from one measured baseline (and one evaluation's
+        device time)."""
+        cache = warm_dir / "eval_before.json" if warm_dir is not None else None
+        if cache is not None and cache.is_file():
+            try:
+                kept = json.loads(cache.read_text())
+                if kept["settings"] == json.loads(json.dumps(self.settings)):
+                    print(f"evaluation before RL: reusing the warm start's ({cache})", flush=True)
+                    return kept["rows"], kept["seconds"]
+            except (ValueError, KeyError, TypeError) as err:  # a damaged file is measured again, not trusted
+                print(f"evaluation before RL: {cache} is unreadable ({err!r}); measuring again", flush=True)
+        started = time.monotonic()
+        rows = self.measure(policy, "before RL" if warm_dir is None else "before RL (after SFT)")
+        seconds = time.monotonic() - started
+        if cache is not None:
+            write_atomic(cache, json.dumps({"settings": self.settings, "seconds": seconds, "rows": rows}))
+        return rows, seconds
+
+    def before_rl(self, policy: Policy, warm_dir: Path | None, resume: bool) -> tuple[list[dict], float | None]:
+        """The run's rows before RL, and the seconds they took (None: measured by the run that is resumed)."""
+        path = self.out_dir / "eval_before.json"
+        if resume and path.is_file():  # a fresh run re-measures, or reuses its warm start's rows
+            return json.loads(path.read_text()), None
+        rows, seconds = self.baseline(policy, warm_dir)
+        write_atomic(path, json.dumps(rows))
+        return rows, seconds
+
+    def after_rl(self, policy: Policy, steps: int) -> list[dict]:
+        rows = self.measure(policy, f"after {steps} steps")
+        write_atomic(self.out_dir / "eval_after.json", json.dumps(rows))
+        return rows
+
+    def report(self, rows: list[dict], extra: str = "") -> None:
+        """OUT/eval.md and stdout: the table of `rows`, then `extra` (another table) if any."""
+        table = format_table([EvalRow(**r) for r in rows]) + (f"\n\n{extra}" if extra else "")
+        write_atomic(self.out_dir / "eval.md", table + "\n")
+        print(table, flush=True)

@@ -23,22 +23,27 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from proxycomp.checkpoint import lm_from_checkpoint, lm_state, model_weights, read_checkpoint, reading, save_lm, \
+    spm_model_of
 from proxycomp.defaults import GRAD_CLIP
 from proxycomp.errors import UserError
 from proxycomp.files import write_atomic
+from proxycomp.lit import ProxyLM
 
 from ..config import Candidate
 from ..evaluator import Evaluator
-from ..policy import Policy
+from ..policy import ByteLMPolicy, Policy
 from .. import task_family
 from ..tasks import Task
 from .episode import DEFAULT_INSTRUCTIONS, Trajectory, Turn, first_prompt, next_prompt
+from .rollout import RolloutConfig
 
 CORRECT_KINDS = ("solution", "block", "num_warps")
 BROKEN_KINDS = tuple(dict.fromkeys(("dropped_mask", "wrong_offset", "wrong_op", *task_family.BROKEN_KINDS)))
@@ -279,3 +284,118 @@ def warm_start(
             log(step + 1, sum(losses[-config.log_every:]) / len(losses[-config.log_every:]))
         after_step(step + 1)
     return losses
+
+
+@dataclass
+class BaseModel:
+    """The model RL starts from: its module, against which a saved model is checked, and its hyper-parameters and
+    tokenizer, which every checkpoint of the run carries besides its own weights."""
+
+    lm: ProxyLM
+    hyper_parameters: dict
+    spm_model: bytes | None
+
+    @classmethod
+    def read(cls, ckpt: Path) -> BaseModel:
+        """The model of a .ckpt; a missing or damaged one is a UserError. The sampler decodes with SDPA over a KV
+        cache; scoring with the same attention and embedding code keeps the trainer/rollout probability ratio at
+        rounding level (a Triton/TF32 path would trip mismatch rejection)."""
+        saved = read_checkpoint(ckpt)
+        return cls(lm_from_checkpoint(saved, ckpt, attn_backend="sdpa", embed_backend="torch"),
+                   saved["hyper_parameters"], spm_model_of(saved))
+
+    def load_into(self, module: torch.nn.Module, fabric, path: Path, state: dict | None = None) -> None:
+        """Load the weights of checkpoint `path` into `module` (and its other `state`, as fabric.load does), after
+        checking that they were trained from a model of this one's shape."""
+        with reading(path):
+            saved = fabric.load(path, state)
+        changes = self.lm.weight_changes(saved.get("hyper_parameters") or {})
+        if changes:
+            raise UserError(f"{path} does not fit the model of --ckpt ({'; '.join(changes)}); use another --out "
+                            "or delete that file")
+        module.load_state_dict(model_weights(saved))
+
+
+class WarmStarter:
+    """The warm start of a run, in OUT/warmstart/: the corpus (corpus.jsonl, reloaded when there), supervised steps
+    on it with its own optimizer, checkpointed to partial.ckpt so that a killed warm start goes on from it, and the
+    result, model.ckpt (reused when there)."""
+
+    def __init__(self, *, fabric, policy: ByteLMPolicy, base: BaseModel, config: WarmStartConfig,
+                 rollout: RolloutConfig, out_dir: Path, seed: int) -> None:
+        self.fabric, self.policy, self.base, self.config, self.rollout = fabric, policy, base, config, rollout
+        self.dir = Path(out_dir) / "warmstart"
+        self.optimizer = fabric.setup_optimizers(torch.optim.AdamW(
+            policy.module.parameters(), lr=config.lr, weight_decay=config.weight_decay))
+        self.generator = torch.Generator().manual_seed(seed)
+        self.step = 0
+
+    @property
+    def model_path(self) -> Path:
+        return self.dir / "model.ckpt"
+
+    @property
+    def partial_path(self) -> Path:
+        return self.dir / "partial.ckpt"
+
+    def start(self, tasks: Sequence[Task], gym: Evaluator) -> Path | None:
+        """Load model.ckpt into the policy, or make it (with warmstart.steps > 0); the folder that holds it, or None
+        when there is no warm start."""
+        if self.model_path.is_file():
+            self.base.load_into(self.policy.module, self.fabric, self.model_path)
+            print(f"warm start: reusing {self.model_path}", flush=True)
+        elif self.config.steps > 0:
+            self.fit(self.examples(tasks, gym))
+        else:
+            return None
+        return self.dir
+
+    def examples(self, tasks: Sequence[Task], gym: Evaluator) -> list[Example]:
+        started, corpus_path = time.monotonic(), self.dir / "corpus.jsonl"
+        if corpus_path.is_file():
+            variants = load_corpus(corpus_path)
+        else:
+            variants = build_corpus(tasks, gym, self.config.label_tasks)
+            save_corpus(variants, corpus_path)
+        examples = corpus_examples(variants, tasks, self.rollout.instructions, self.rollout.prompt_max_bytes)
+        longest = max(len(e.reply.encode()) for e in examples)
+        if longest >= self.rollout.max_bytes:
+            raise UserError(f"rollout.max_bytes={self.rollout.max_bytes} cannot hold the longest warm-start reply "
+                            f"({longest} bytes); raise it or drop the task with the longest solution")
+        kinds = {k: sum(e.kind == k for e in examples) for k in ("first_turn", "first_turn_broken", "fix")}
+        print(f"warm start: {len(variants)} variants ({time.monotonic() - started:.0f} s), examples {kinds}",
+              flush=True)
+        return examples
+
+    def fit(self, examples: Sequence[Example]) -> None:
+        """Steps to warmstart.steps (going on from partial.ckpt), then model.ckpt."""
+        started = time.monotonic()
+        if self.partial_path.is_file():  # a warm start killed midway: its weights, optimizer and sampling go on
+            state = self._training_state()
+            self.base.load_into(self.policy.module, self.fabric, self.partial_path, state)
+            self.step = state["step"]
+            self.generator.set_state(state["generator"])
+            print(f"warm start: going on from step {self.step} ({self.partial_path})", flush=True)
+        warm_start(self.policy, examples, self.config, step_fn=self._optimizer_step, generator=self.generator,
+                   start=self.step, after_step=self._after_step,
+                   log=lambda step, loss: print(f"warm start step {step:>4}  nll/byte {loss:.4f}", flush=True))
+        print(f"warm start: {self.config.steps} steps in {time.monotonic() - started:.0f} s", flush=True)
+        save_lm(self.model_path, self.base.hyper_parameters, self.policy.module, self.base.spm_model)
+        self.partial_path.unlink(missing_ok=True)
+
+    def _training_state(self) -> dict:
+        """What going on needs besides the weights (Fabric restores the optimizer in place)."""
+        return {"optimizer": self.optimizer, "step": self.step, "generator": self.generator.get_state()}
+
+    def _optimizer_step(self, loss: torch.Tensor) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.fabric.backward(loss)
+        self.fabric.clip_gradients(self.policy.module, self.optimizer, max_norm=self.config.grad_clip)
+        self.optimizer.step()
+
+    def _after_step(self, step: int) -> None:
+        self.step = step
+        if step % self.config.save_every == 0 and step < self.config.steps:
+            base = self.base
+            self.fabric.save(self.partial_path, {**lm_state(base.hyper_parameters, self.policy.module, base.spm_model),
+                                                 **self._training_state()})

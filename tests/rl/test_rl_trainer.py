@@ -365,29 +365,30 @@ def test_warmstart_only_needs_warmstart_steps():
 
 
 def test_a_warm_starts_evaluation_is_reused_only_under_the_same_settings(tmp_path, monkeypatch, capsys):
-    from proxycomp.gym_bridge.rl import cli
+    from proxycomp.gym_bridge.rl.evaluation import HeldOut
 
     measured = []
 
-    def evaluate(config, policy, evaluator, tasks, phase):
-        measured.append(config.evaluation.samples_per_task)
-        return [{"phase": phase, "samples": config.evaluation.samples_per_task}]
+    def measure(held_out, policy, phase):
+        measured.append(held_out.config.samples_per_task)
+        return [{"phase": phase, "samples": held_out.config.samples_per_task}]
 
-    monkeypatch.setattr(cli, "_evaluate", evaluate)
-    config, _ = parse_config(["--ckpt", "x", "--evaluation.samples_per_task", "3"])
-    rows, _ = cli._before_rl(config, None, None, [], tmp_path)
-    trloo_rows, _ = cli._before_rl(parse_config(["--ckpt", "x", "--evaluation.samples_per_task", "3",
-                                                  "--algorithm.estimator", "grpo", "--steps", "7"])[0],
-                                   None, None, [], tmp_path)
+    def baseline(argv, warm_dir=tmp_path):
+        config = parse_config(["--ckpt", "x", *argv])[0]
+        held_out = HeldOut({}, None, config.rollout, config.evaluation, config.evaluated_settings(), tmp_path)
+        return held_out.baseline(None, warm_dir)
+
+    monkeypatch.setattr(HeldOut, "measure", measure)
+    rows, _ = baseline(["--evaluation.samples_per_task", "3"])
+    trloo_rows, _ = baseline(["--evaluation.samples_per_task", "3", "--algorithm.estimator", "grpo", "--steps", "7"])
     assert trloo_rows == rows and measured == [3]  # another estimator and step count: the same baseline
     assert "reusing the warm start's" in capsys.readouterr().out
-    other, _ = cli._before_rl(parse_config(["--ckpt", "x", "--evaluation.samples_per_task", "5"])[0],
-                              None, None, [], tmp_path)
+    other, _ = baseline(["--evaluation.samples_per_task", "5"])
     assert other[0]["samples"] == 5 and measured == [3, 5]  # other evaluation settings: measured again
     (tmp_path / "eval_before.json").write_text('{"settings": {"seed"')  # a damaged file: measured, not trusted
-    cli._before_rl(config, None, None, [], tmp_path)
+    baseline(["--evaluation.samples_per_task", "3"])
     assert measured == [3, 5, 3] and "unreadable" in capsys.readouterr().out
-    cli._before_rl(config, None, None, [], None)  # no warm start: nothing to keep it beside
+    baseline(["--evaluation.samples_per_task", "3"], None)  # no warm start: nothing to keep it beside
     assert measured == [3, 5, 3, 3]
 
 
@@ -444,3 +445,15 @@ def test_estimator_options_reach_the_estimator_and_unknown_ones_fail_early():
     assert AlgorithmConfig(estimator="grpo", estimator_options={"std_normalize": True}).estimator_options
     with pytest.raises(ValueError, match="algorithm.estimator_options: trloo refuses"):
         AlgorithmConfig(estimator="trloo", estimator_options={"std_normalize": True})
+
+
+def test_gym_holds_an_eval_config_and_reads_its_older_flat_names(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text("gym:\n  size: gpu\n  workers: 2\n  correct_trials: 2\n  timeout_s: 60\n")
+    for argv in (["--config", str(old)], ["--gym.size", "gpu", "--gym.correct_trials", "2", "--gym.timeout_s", "60",
+                                          "--gym.workers", "2"]):
+        gym = parse_config(["--ckpt", "x", *argv])[0].gym
+        assert (gym.eval.size, gym.eval.correct_trials, gym.eval.timeout_s, gym.workers) == ("gpu", 2, 60.0, 2)
+    assert parse_config(["--ckpt", "x", "--gym.eval.timeout_s", "30"])[0].gym.eval.timeout_s == 30.0
+    with pytest.raises(RLConfigError, match="give gym.eval.timeout_s alone"):
+        parse_config(["--ckpt", "x", "--config", str(old), "--gym.eval.timeout_s", "30"])

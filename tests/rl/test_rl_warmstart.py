@@ -113,6 +113,7 @@ def test_a_killed_warm_start_goes_on_from_its_partial_checkpoint(relu_corpus, tm
     from proxycomp.checkpoint import AtomicCheckpointIO, load_lm
     from proxycomp.gym_bridge.policy import ByteLMPolicy
     from proxycomp.gym_bridge.rl import cli, warmstart
+    from proxycomp.gym_bridge.rl.warmstart import BaseModel, WarmStarter
     from proxycomp.lit import ProxyLM
 
     config, _ = cli.parse_config(["--ckpt", "x", "--tasks", "[relu]", "--warmstart.steps", "4", "--warmstart.batch_size",
@@ -125,7 +126,8 @@ def test_a_killed_warm_start_goes_on_from_its_partial_checkpoint(relu_corpus, tm
         torch.manual_seed(0)
         lm = ProxyLM(**tiny_hparams)
         policy = ByteLMPolicy(fabric.setup_module(lm.model))
-        cli._warm_start(config, fabric, policy, cli.BaseModel(lm, tiny_hparams, None), [RELU], None, out)
+        WarmStarter(fabric=fabric, policy=policy, base=BaseModel(lm, tiny_hparams, None), config=config.warmstart,
+                    rollout=config.rollout, out_dir=out, seed=config.seed).start([RELU], None)
 
     warm_start(tmp_path / "straight")
     steps = []
