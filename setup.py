@@ -16,8 +16,6 @@ def _packages():
         found.append(name)
         dirs[name] = path
         for sub in find_packages(path, exclude=["tests", "tests.*"]):
-            if name == "proxycomp" and sub.split(".")[0] in ("kernels", "gym_bridge", "recipes"):
-                continue
             found.append(f"{name}.{sub}")
             dirs[f"{name}.{sub}"] = f"{path}/{sub.replace('.', '/')}"
     return found, dirs

@@ -10,7 +10,7 @@ import sys
 import time
 
 from proxycomp.benchmarks import add_benchmarks_option, append_block
-from proxycomp.cli import command_parser
+from proxycomp.command import command_parser
 from proxycomp.defaults import default_device
 from proxycomp.errors import UserError
 
@@ -23,6 +23,7 @@ from .tasks import TaskError, list_tasks, load_task, load_task_set
 
 BENCH_HEADING = "## Gym"
 BENCHMARKS_PATH = "BENCHMARKS.md"  # --benchmarks' default
+COMMANDS = ("tasks", "eval", "bench", "generate")  # an error names the one given: `proxycomp gym eval: error: ...`
 
 
 def _default_size() -> str:
@@ -274,6 +275,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":  # `python -m proxycomp.gym_bridge.cli`: the `proxycomp gym` verb, errors included
-    from proxycomp.cli import main as proxycomp
+    from proxycomp.command import run_command
+    from proxycomp.gym_bridge.cli import main as gym  # by name, as `proxycomp gym` loads it (not as __main__)
 
-    sys.exit(proxycomp(["gym", *sys.argv[1:]]))
+    sys.exit(run_command("gym", gym, sys.argv[1:], COMMANDS))

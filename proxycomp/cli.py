@@ -14,46 +14,20 @@ as one line on stderr and exit status 2, never a traceback. `proxycomp VERB --he
 """
 from __future__ import annotations
 
-import glob
 import importlib
 import os
 import sys
-import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
+from proxycomp.command import command_parser, run_command
 from proxycomp.defaults import default_device, default_stride
 from proxycomp.errors import UserError
-from proxycomp.files import no_room, no_room_message
-
-
-def command_parser(prog: str, description: str):
-    """The parser every non-Lightning verb builds on: errors raise instead of exiting, no abbreviated flags."""
-    from jsonargparse import ArgumentParser
-
-    return ArgumentParser(prog=prog, description=description, exit_on_error=False, allow_abbrev=False)
 
 
 # ---- fit / validate --------------------------------------------------------------------------------------------
-def build_cli(args: Sequence[str] | None, run: bool = True):
-    """The LightningCLI for `args` (a subcommand and its options; None: sys.argv); `run=False` builds only."""
-    from proxycomp.data import ProxyDataModule
-    from proxycomp.lightning_cli import ProxyCLI, ignore_library_warnings, trainer_defaults
-    from proxycomp.lit import ProxyLM
-
-    with warnings.catch_warnings():
-        # LightningCLI warns whenever sys.argv holds arguments besides `args`: they are the dispatcher's own.
-        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        ignore_library_warnings()
-        return ProxyCLI(
-            ProxyLM, ProxyDataModule, args=None if args is None else list(args), run=run, seed_everything_default=0,
-            trainer_defaults=trainer_defaults(), parser_kwargs={"exit_on_error": False, "allow_abbrev": False},
-            save_config_kwargs={"overwrite": True},  # a resumed run writes its config into its own folder again
-        )
-
-
 def _lightning(verb: str) -> Callable[[list[str]], int]:
     def run(argv: list[str]) -> int:
+        from proxycomp.lightning_cli import build_cli
         from proxycomp.stopping import output_may_close
 
         with output_may_close():  # `fit | tee log` and Ctrl-C: tee is gone, the stop must still checkpoint
@@ -112,22 +86,6 @@ def generate_main(argv: list[str]) -> int:
     return 0
 
 
-def read_documents(spec: str, pattern: str = "**/*.py", flag: str = "--data") -> list[bytes]:
-    """The files named by `spec` (given as `flag`): one file, every file under a folder matching `pattern`, or a
-    glob."""
-    path = Path(spec)
-    if path.is_file():
-        files = [path]
-    elif path.is_dir():
-        files = sorted(p for p in path.glob(pattern) if p.is_file())
-    else:
-        files = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
-    if not files:
-        where = f"no file under {spec} matches {pattern!r}" if path.is_dir() else f"{spec} is no file, folder or matching glob"
-        raise UserError(f"{flag}: {where}; pass a file, a folder of sources or a quoted glob such as 'src/**/*.py'")
-    return [f.read_bytes() for f in files]
-
-
 def eval_bpb_main(argv: list[str]) -> int:
     p = command_parser("proxycomp eval-bpb", "Bits per raw byte of a checkpoint on files (sliding windows).")
     p.add_argument("--ckpt", required=True, help="a .ckpt written by proxycomp (fit, rl)")
@@ -140,7 +98,7 @@ def eval_bpb_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     from proxycomp.checkpoint import load_lm
-    from proxycomp.scoring import score_documents
+    from proxycomp.scoring import read_documents, score_documents
 
     documents = read_documents(args.data, args.glob)
     model = load_lm(args.ckpt, map_location=_usable_device(args.device)).model
@@ -236,45 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if verb not in VERBS:
         print(f"proxycomp: error: unknown command {verb!r}; use one of {', '.join(VERBS)}", file=sys.stderr)
         return 2
-    command = f"{verb} {rest[0]}" if rest and rest[0] in SUBCOMMANDS.get(verb, ()) else verb
-    from jsonargparse import ArgumentError
-
-    try:
-        return VERBS[verb][0](rest)
-    except SystemExit as done:  # --help, --print_config
-        return done.code or 0
-    except BrokenPipeError:  # the reader went away (`proxycomp gym tasks | head`)
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing may be flushed into the closed pipe at exit
-        return 0
-    except (UserError, ArgumentError) as err:
-        message = _name_the_config(" ".join(str(err).split()), rest)  # one line, whatever the library put in it
-    except Exception as err:  # a write that is not atomic_path's (a logger's): the library's words rarely say why
-        full = no_room(err)
-        if full is None:
-            raise
-        message = no_room_message(full)
-    print(f"proxycomp {command}: error: {message}", file=sys.stderr)
-    return 2
-
-
-def _name_the_config(message: str, argv: list[str]) -> str:
-    """jsonargparse parses a config file's text, so its YAML syntax errors name "<unicode string>": the first file
-    given with --config that YAML cannot read is named instead."""
-    unnamed = '"<unicode string>"'
-    if unnamed not in message:
-        return message
-    import yaml
-
-    files = [value for flag, value in zip(argv, argv[1:]) if flag == "--config"]
-    files += [arg.removeprefix("--config=") for arg in argv if arg.startswith("--config=")]
-    for path in files:
-        try:
-            yaml.safe_load(Path(path).read_text())
-        except yaml.YAMLError:
-            return message.replace(unnamed, path)
-        except OSError:
-            continue
-    return message
+    return run_command(verb, VERBS[verb][0], rest, SUBCOMMANDS.get(verb, ()))
 
 
 if __name__ == "__main__":

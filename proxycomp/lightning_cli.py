@@ -1,4 +1,4 @@
-"""`ProxyCLI`: the LightningCLI behind `proxycomp fit` and `validate` (built by `proxycomp.cli.build_cli`).
+"""`ProxyCLI`: the LightningCLI behind `proxycomp fit` and `validate` (built by `build_cli`).
 
 On top of LightningCLI: the checkpoint and LR-monitor callbacks, the links from the data module into the model
 and the mixing schedule, atomic checkpoints, run folders (`--ckpt_path last`, `--run_name`, a resumed run logging
@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -21,8 +22,10 @@ from lightning.pytorch.callbacks.progress import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from proxycomp.checkpoint import DATA_STATE_KEY, AtomicCheckpointIO, init_weights, reading
+from proxycomp.data import ProxyDataModule
 from proxycomp.defaults import GRAD_CLIP, default_precision
 from proxycomp.errors import UserError
+from proxycomp.lit import ProxyLM
 from proxycomp.progress import LineProgress, SparseMetricsProgressBar
 from proxycomp.runs import (
     LAST,
@@ -254,3 +257,16 @@ class ProxyCLI(LightningCLI):
     def interrupted(self) -> bool:
         """Whether fit stopped early because of Ctrl-C."""
         return any(isinstance(c, StopAtStepBoundary) and c.interrupted for c in self.trainer.callbacks)
+
+
+def build_cli(args: Sequence[str] | None, run: bool = True):
+    """The LightningCLI for `args` (a subcommand and its options; None: sys.argv); `run=False` builds only."""
+    with warnings.catch_warnings():
+        # LightningCLI warns whenever sys.argv holds arguments besides `args`: they are the dispatcher's own.
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        ignore_library_warnings()
+        return ProxyCLI(
+            ProxyLM, ProxyDataModule, args=None if args is None else list(args), run=run, seed_everything_default=0,
+            trainer_defaults=trainer_defaults(), parser_kwargs={"exit_on_error": False, "allow_abbrev": False},
+            save_config_kwargs={"overwrite": True},  # a resumed run writes its config into its own folder again
+        )

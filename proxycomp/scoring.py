@@ -16,8 +16,10 @@ documents share a row, packed by the data module's packer and kept apart by the 
 """
 from __future__ import annotations
 
+import glob
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -72,6 +74,22 @@ def packed_batches(pieces: Iterable[tuple[np.ndarray, int]], seq_len: int,
 
 def _pack(row: list[tuple[np.ndarray, int]], seq_len: int) -> dict[str, torch.Tensor]:
     return pack_window([p for p, _ in row], seq_len, scored_from=[s for _, s in row])
+
+
+def read_documents(spec: str, pattern: str = "**/*.py", flag: str = "--data") -> list[bytes]:
+    """The files named by `spec` (given as `flag`): one file, every file under a folder matching `pattern`, or a
+    glob."""
+    path = Path(spec)
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.glob(pattern) if p.is_file())
+    else:
+        files = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+    if not files:
+        where = f"no file under {spec} matches {pattern!r}" if path.is_dir() else f"{spec} is no file, folder or matching glob"
+        raise UserError(f"{flag}: {where}; pass a file, a folder of sources or a quoted glob such as 'src/**/*.py'")
+    return [f.read_bytes() for f in files]
 
 
 @torch.no_grad()

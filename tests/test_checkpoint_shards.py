@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from proxycomp.checkpoint import STATE_FILE, join_checkpoint, load_lm, split_checkpoint
-from proxycomp.cli import build_cli, main
+from proxycomp.cli import main
+from proxycomp.lightning_cli import build_cli
 
 RECIPE = """\
 trainer:

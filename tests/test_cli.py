@@ -18,7 +18,8 @@ import torch
 from proxycomp import checkpoint as checkpoint_module
 from proxycomp import cli as proxycomp_cli
 from proxycomp import lightning_cli
-from proxycomp.cli import build_cli, main
+from proxycomp.cli import main
+from proxycomp.lightning_cli import build_cli
 from proxycomp.stopping import StopAtStepBoundary
 
 TINY_RECIPE = """\

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from proxycomp.cli import build_cli
+from proxycomp.lightning_cli import build_cli
 
 RECIPES = sorted(Path(str(p)) for group in resources.files("proxycomp.recipes").iterdir() if group.is_dir()
                  for p in group.iterdir() if p.name.endswith(".yaml"))

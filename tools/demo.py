@@ -76,7 +76,7 @@ def rl_report(rl_out: Path) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from proxycomp.cli import build_cli
+    from proxycomp.lightning_cli import build_cli
     from proxycomp.cli import main as proxycomp
     from proxycomp.lightning_cli import ignore_library_warnings
 

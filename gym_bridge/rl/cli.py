@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from proxycomp.cli import command_parser
+from proxycomp.command import command_parser
 from proxycomp.files import write_atomic
 
 from ..evaluator import Evaluator, open_pool
@@ -136,6 +136,7 @@ def main(argv: Sequence[str]) -> int:
 if __name__ == "__main__":  # `python -m proxycomp.gym_bridge.rl.cli`: the `proxycomp rl` verb, errors included
     import sys
 
-    from proxycomp.cli import main as proxycomp
+    from proxycomp.command import run_command
+    from proxycomp.gym_bridge.rl.cli import main as rl  # by name, as `proxycomp rl` loads it (not as __main__)
 
-    sys.exit(proxycomp(["rl", *sys.argv[1:]]))
+    sys.exit(run_command("rl", rl, sys.argv[1:]))

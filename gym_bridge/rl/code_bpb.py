@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from proxycomp.cli import read_documents
 from proxycomp.defaults import default_stride
 from proxycomp.files import write_atomic
 from proxycomp.model import Transformer
-from proxycomp.scoring import score_documents
+from proxycomp.scoring import read_documents, score_documents
 
 CODE_BPB_FILE = "code_bpb.json"
 

@@ -17,14 +17,13 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from proxycomp.command import command_parser
 from proxycomp.compare.arms import ARMS, CompareError, parse_arms
 from proxycomp.compare.runner import RESULTS_FILE, SPM_FILE, Comparison
 from proxycomp.compare.spec import CompareSpec, preset_path
 
 
 def _parser():
-    from proxycomp.cli import command_parser
-
     p = command_parser("proxycomp compare", __doc__.split("\n\n")[0])
     p.add_argument("--preset", action="config", help="a shipped preset (cpu_smoke, h200_small, h200_base) or a YAML "
                                                      "file of the fields below; later flags override it")

@@ -136,9 +136,7 @@ class Comparison:
         return self.results
 
     def run_arm(self, arm: Arm, seed: int) -> dict[str, Any]:
-        from proxycomp.cli import (
-            build_cli,  # Lightning is slow to import; the dry run does without
-        )
+        from proxycomp.lightning_cli import build_cli  # Lightning is slow to import; the dry run does without
 
         plan = self.plan(arm, seed)
         name = f"{arm.name} seed {seed}"

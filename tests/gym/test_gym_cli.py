@@ -98,8 +98,8 @@ def test_exit_statuses_are_documented(capsys, command, statuses):
 
 
 def test_the_dispatcher_knows_the_gym_commands():
-    """`proxycomp gym <command>: error:` names the commands the gym's parser has."""
+    """`proxycomp gym <command>: error:` names the commands the gym's parser has, through the dispatcher or not."""
     from proxycomp.cli import SUBCOMMANDS
-    from proxycomp.gym_bridge.cli import _parser
+    from proxycomp.gym_bridge.cli import COMMANDS, _parser
 
-    assert set(SUBCOMMANDS["gym"]) == set(_parser()._subcommands_action.choices)
+    assert set(SUBCOMMANDS["gym"]) == set(COMMANDS) == set(_parser()._subcommands_action.choices)
