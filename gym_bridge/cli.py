@@ -93,7 +93,8 @@ def _parser():
     _judging_options(ev)
     ev.add_argument("--json", action="store_true", help="print the EvalResult as JSON")
     sub.add_subcommand("eval", ev, help="judge one candidate file against one task")
-    sub.add_subcommand("tasks", command_parser("proxycomp gym tasks", "The shipped tasks."), help="list the shipped tasks")
+    sub.add_subcommand("tasks", command_parser("proxycomp gym tasks", "The shipped tasks."),
+                       help="list the shipped tasks")
     b = command_parser("proxycomp gym bench", "Judge many candidates: the shipped solutions, or a folder of candidates "
                                               "against a folder of KernelBench-format problems, with fast_p. Exit "
                                               "status: 0 when every candidate is correct, 1 when any is not, 2 for "

@@ -25,7 +25,8 @@ WATCHED_MODULES = ("torch", "torch.nn.functional", "torch.cuda", "torch.profiler
                    "json.encoder", "json.decoder", "mmap", "socket", "os", "sys", "signal", "gc", "builtins",
                    "triton.runtime.jit")
 # Classes likewise (their own __dict__).
-WATCHED_CLASSES = {"torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module, "torch.cuda.Event": torch.cuda.Event}
+WATCHED_CLASSES = {"torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
+                   "torch.cuda.Event": torch.cuda.Event}
 SYS_HOOKS = ("stdout", "stderr", "stdin", "__stdout__", "__stderr__", "displayhook", "excepthook", "unraisablehook",
              "breakpointhook")
 PRECISION_FLAGS = {  # fp32 is compared at fp32 tolerance: TF32 would be a downcast

@@ -344,7 +344,8 @@ class Judge:
 
     def _spawn(self, cfg: EvalConfig, alone: bool) -> CandidateProcess:
         workdir = tempfile.mkdtemp(prefix="candidate-", dir=self.root)
-        output = os.open(os.path.join(workdir, "output.log"), os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        output = os.open(os.path.join(workdir, "output.log"), os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                         0o600)
         mine, theirs = wire.pair()
         status_r, status_w = os.pipe()
         lifeline_r, lifeline_w = os.pipe()
@@ -362,8 +363,8 @@ class Judge:
             theirs.close()
             for fd in (status_w, lifeline_r, report_w):
                 os.close(fd)
-        cand = CandidateProcess(mine, status_r, lifeline_w, report_r, workdir, deadline=time.monotonic() + cfg.timeout_s,
-                                output=output)
+        cand = CandidateProcess(mine, status_r, lifeline_w, report_r, workdir,
+                                deadline=time.monotonic() + cfg.timeout_s, output=output)
         started = cand.status_message(60.0)
         if started is None:
             cand.close()
@@ -393,7 +394,8 @@ class Judge:
     def _judge(self, task: ModuleType, job: Job, cand: CandidateProcess, res: EvalResult) -> None:
         cfg, dev = job.config, self.device
         fixed = cfg.seed
-        init_seed, input_seed = (fixed, fixed + 1) if fixed is not None else (secrets.randbits(31), secrets.randbits(31))
+        init_seed, input_seed = ((fixed, fixed + 1) if fixed is not None
+                                 else (secrets.randbits(31), secrets.randbits(31)))
         lap = clock()
         init = draw_inputs(task, cfg.size, init_seed, dev, "get_init_inputs")
         torch.manual_seed(init_seed)

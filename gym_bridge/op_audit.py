@@ -18,7 +18,8 @@ GLUE_OPS = frozenset({
     "numel", "dim", "is_contiguous", "sym_size", "sym_stride", "sym_numel", "set_", "resize_", "item",
     "view_as", "expand_as", "reshape_as", "unbind", "movedim", "diagonal", "_reshape_alias", "resolve_conj",
     "resolve_neg", "broadcast_tensors", "broadcast_to", "type_as", "result_type", "is_nonzero", "detach_",
-    "lift", "lift_fresh_copy", "_lazy_clone", "_has_compatible_shallow_copy_type", "_copy_from", "_copy_from_and_resize",
+    "lift", "lift_fresh_copy", "_lazy_clone", "_has_compatible_shallow_copy_type", "_copy_from",
+    "_copy_from_and_resize",
 })  # detach_ and lift_fresh_copy: what torch.tensor(...) dispatches to make a tensor from Python values
 
 

@@ -139,21 +139,24 @@ REDUCE = [
     Op("logsumexp", "reduce", "torch.logsumexp({x}, dim=-1)",
        'm = tl.max(tl.where(mask, {x}, float("-inf")), axis=0)\n'
        "{x} = m + tl.log(tl.sum(tl.where(mask, tl.exp({x} - m), 0.0), axis=0))", lambda b, n: b + math.log(n)),
-    Op("l2", "reduce", "torch.linalg.vector_norm({x}, dim=-1)", "{x} = tl.sqrt(tl.sum(tl.where(mask, {x} * {x}, 0.0), axis=0))",
-       lambda b, n: b * math.sqrt(n)),
+    Op("l2", "reduce", "torch.linalg.vector_norm({x}, dim=-1)",
+       "{x} = tl.sqrt(tl.sum(tl.where(mask, {x} * {x}, 0.0), axis=0))", lambda b, n: b * math.sqrt(n)),
     Op("var", "reduce", "{x}.var(dim=-1, correction=0)",
-       f"mean = tl.sum({_ROW}, axis=0) / n_cols\nd = tl.where(mask, {{x}} - mean, 0.0)\n{{x}} = tl.sum(d * d, axis=0) / n_cols",
+       f"mean = tl.sum({_ROW}, axis=0) / n_cols\nd = tl.where(mask, {{x}} - mean, 0.0)\n"
+       "{x} = tl.sum(d * d, axis=0) / n_cols",
        lambda b, n: b * b),
 ]
 NORM = [
     Op("softmax", "norm", "torch.softmax({x}, dim=-1)",
-       '{x} = tl.where(mask, {x}, float("-inf"))\n{x} = tl.exp({x} - tl.max({x}, axis=0))\n{x} = {x} / tl.sum({x}, axis=0)',
+       '{x} = tl.where(mask, {x}, float("-inf"))\n{x} = tl.exp({x} - tl.max({x}, axis=0))\n'
+       '{x} = {x} / tl.sum({x}, axis=0)',
        lambda b, n: 1.0),
     Op("log_softmax", "norm", "torch.log_softmax({x}, dim=-1)",
        '{x} = tl.where(mask, {x}, float("-inf"))\nm = tl.max({x}, axis=0)\n'
        "{x} = {x} - m - tl.log(tl.sum(tl.exp({x} - m), axis=0))", lambda b, n: 2 * b + math.log(n)),
     Op("softmin", "norm", "F.softmin({x}, dim=-1)",
-       '{x} = tl.where(mask, -{x}, float("-inf"))\n{x} = tl.exp({x} - tl.max({x}, axis=0))\n{x} = {x} / tl.sum({x}, axis=0)',
+       '{x} = tl.where(mask, -{x}, float("-inf"))\n{x} = tl.exp({x} - tl.max({x}, axis=0))\n'
+       '{x} = {x} / tl.sum({x}, axis=0)',
        lambda b, n: 1.0),
     Op("layernorm", "norm", "F.layer_norm({x}, ({x}.shape[-1],), eps=1e-5)",
        f"mean = tl.sum({_ROW}, axis=0) / n_cols\n{{x}} = tl.where(mask, {{x}} - mean, 0.0)\n"
@@ -163,8 +166,8 @@ NORM = [
        lambda b, n: math.sqrt(n)),
     Op("l2_normalize", "norm", "F.normalize({x}, dim=-1)",
        "{x} = {x} / tl.maximum(tl.sqrt(tl.sum(tl.where(mask, {x} * {x}, 0.0), axis=0)), 1e-12)", lambda b, n: 1.0),
-    Op("mean_center", "norm", "{x} - {x}.mean(dim=-1, keepdim=True)", f"{{x}} = {{x}} - tl.sum({_ROW}, axis=0) / n_cols",
-       lambda b, n: 2 * b),
+    Op("mean_center", "norm", "{x} - {x}.mean(dim=-1, keepdim=True)",
+       f"{{x}} = {{x}} - tl.sum({_ROW}, axis=0) / n_cols", lambda b, n: 2 * b),
 ]
 OPS = {op.name: op for op in UNARY + BINARY + REDUCE + NORM}
 HELD_OUT_PER_KIND = {"unary": 4, "binary": 1, "param": 0, "reduce": 1, "norm": 1}
@@ -180,7 +183,8 @@ SHAPES = {
                     "cols": ((301, 555, 1001, 1500), (1024, 2048, 4096), (1536, 5000))},
     "row": {"rows": ((4, 6, 9, 12), (4096, 8192, 16384), (5000, 12000)),  # cols <= 8192: a row is one block
             "cols": ((200, 777, 1000, 1500), (512, 1024, 2048, 4096), (768, 3000, 6000))},
-    "gemm": {"batch": ((32, 48, 64), (2048, 4096), (3072,)), "in_features": ((48, 80, 96), (512, 1024, 2048), (768, 1536)),
+    "gemm": {"batch": ((32, 48, 64), (2048, 4096), (3072,)),
+             "in_features": ((48, 80, 96), (512, 1024, 2048), (768, 1536)),
              "out_features": ((40, 64, 96), (512, 1024, 2048), (768, 1280))},
     "conv1d": {"batch": ((2,), (16, 32), (24,)), "in_channels": ((3, 4, 6), (32, 64), (48,)),
                "out_channels": ((4, 8), (64, 128), (96,)), "length": ((200, 300, 400), (2048, 4096), (3000,)),
@@ -281,7 +285,8 @@ def render_task(comp: Composition, sizes: dict[str, dict[str, int]]) -> str:
     args, inputs, init = _inputs(comp)
     signature = ", ".join(f"{a}: torch.Tensor" for a in args)
     if comp.template == "gemm":
-        init_sig, members = "in_features: int, out_features: int", ["self.linear = nn.Linear(in_features, out_features)"]
+        init_sig = "in_features: int, out_features: int"
+        members = ["self.linear = nn.Linear(in_features, out_features)"]
     elif comp.template == "conv1d":
         init_sig = "in_channels: int, out_channels: int, kernel_size: int"
         members = ["self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, padding=kernel_size // 2)"]
@@ -570,7 +575,7 @@ def _reference_output(comp: Composition, sizes: dict):
     import torch
 
     namespace: dict = {}
-    exec(compile(render_task(comp, sizes), "<generated task>", "exec"), namespace)  # our own rendered source
+    exec(compile(render_task(comp, sizes), "<generated task>", "exec"), namespace)  # noqa: S102 - our own rendered source
     torch.manual_seed(0)
     model = namespace["Model"](*namespace["get_init_inputs"]("cpu"))
     torch.manual_seed(1)
@@ -662,7 +667,8 @@ def generate_family(n: int, seed: int, heldout_fraction: float = 0.1) -> Family:
         doc = f"{describe(comp)}, fused in one Triton kernel."
         split = "train" if bucket == "train" else "heldout"
         broken, changes = broken_variants(rng, comp, sizes, doc, lambda c: split == "heldout" or accepts("train", c))
-        tasks.append(GeneratedTask(_stem(index, comp), split, comp, source, render_solution(comp, doc), broken, changes))
+        tasks.append(GeneratedTask(_stem(index, comp), split, comp, source, render_solution(comp, doc), broken,
+                                   changes))
     return Family(seed, tuple(sorted(held)), tasks)
 
 

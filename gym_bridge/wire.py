@@ -139,7 +139,8 @@ def decode(items: Any, fd: int | None, max_bytes: int, device: str = "cpu") -> l
                 out.append(item["value"])
                 continue
             dtype, shape, offset, count = spec
-            flat = torch.frombuffer(mm, dtype=dtype, count=count, offset=offset) if count else torch.empty(0, dtype=dtype)
+            flat = (torch.frombuffer(mm, dtype=dtype, count=count, offset=offset) if count
+                    else torch.empty(0, dtype=dtype))
             out.append(flat.reshape(shape).to(device, copy=True))
             del flat
     finally:

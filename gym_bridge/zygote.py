@@ -9,7 +9,8 @@ everything once, never initialises CUDA, and forks on request:
 A judge gets its own request socket to the zygote when it is forked. A request carries its descriptors (SCM_RIGHTS):
 for a judge, its socket to the pool; for a candidate, its socket to the judge, the status pipe the monitor reports
 on ({"pid", "namespaces"}, then {"exit"}), the judge's lifeline (when the judge closes it, or dies, the monitor kills
-the candidate) and the write end of the candidate's report pipe (containment.reporter). Every forked child closes every descriptor but its own before anything else runs.
+the candidate) and the write end of the candidate's report pipe (containment.reporter). Every forked child closes
+every descriptor but its own before anything else runs.
 """
 from __future__ import annotations
 

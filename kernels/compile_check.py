@@ -67,7 +67,8 @@ def embedding_builds():
     yield ("embedding+rmsnorm fwd", E._embedding_rmsnorm_fwd_kernel,
            {**ids, **_pointers("bf16", "W", "NORM_W", "X", "Y"), "eps": "fp32"}, dict(BLOCK_T=8, BLOCK_D=1024), 4, 3)
     yield ("embedding bwd segment sums", E._segment_sums_kernel,
-           {**ids, **_pointers("bf16", "GRAD_X", "GRAD_Y"), **_pointers("fp32", "SLOTS_X", "SLOTS_Y", "OUT_X", "OUT_Y")},
+           {**ids, **_pointers("bf16", "GRAD_X", "GRAD_Y"),
+            **_pointers("fp32", "SLOTS_X", "SLOTS_Y", "OUT_X", "OUT_Y")},
            dict(CHUNK=512, EXACT_DOT=False, BLOCK_T=E.BLOCK_T, BLOCK_D=128), 4, 3)
     yield ("embedding bwd finish rows", E._finish_rows_kernel, {**ids, **_pointers("fp32", "SLOTS", "OUT")},
            dict(CHUNK=512, BLOCK_C=E.BLOCK_C, BLOCK_R=E.BLOCK_R, BLOCK_D=128), 4, 3)

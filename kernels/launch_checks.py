@@ -24,7 +24,8 @@ def check_device(op: str, **tensors: torch.Tensor) -> torch.device:
             raise KernelInputError(f"{op}: {name} is on {dev} but {first_name} is on {device}; move them to one device")
     if device.type == "cpu" and not interpreting():
         raise KernelInputError(
-            f"{op}: tensors are on the CPU; move them to a CUDA device, or set TRITON_INTERPRET=1 before importing triton"
+            f"{op}: tensors are on the CPU; move them to a CUDA device, or set TRITON_INTERPRET=1 before importing "
+            "triton"
         )
     if device.type not in ("cpu", "cuda"):
         raise KernelInputError(f"{op}: device {device} is not supported; use a CUDA device")

@@ -143,8 +143,8 @@ def split_checkpoint(path: str | Path, out_dir: str | Path, max_bytes: int = SHA
         small = tensor.to(torch.bfloat16) if tensor.is_floating_point() else tensor
         nbytes = small.numel() * small.element_size() + _PER_TENSOR_BYTES
         if nbytes > max_bytes:
-            raise CheckpointError(f"{name} alone takes {nbytes / 2**20:.1f} MiB in bf16, over the {max_bytes / 2**20:g} "
-                                  "MiB per file; raise the limit")
+            raise CheckpointError(f"{name} alone takes {nbytes / 2**20:.1f} MiB in bf16, over the "
+                                  f"{max_bytes / 2**20:g} MiB per file; raise the limit")
         if size + nbytes > max_bytes:
             shards.append({})
             size = 0
@@ -156,8 +156,8 @@ def split_checkpoint(path: str | Path, out_dir: str | Path, max_bytes: int = SHA
     for name, payload in [*zip(names, shards), (STATE_FILE, state)]:
         AtomicCheckpointIO().save_checkpoint(payload, out_dir / name)
         if (out_dir / name).stat().st_size > max_bytes:
-            raise CheckpointError(f"{out_dir / name} came out at {(out_dir / name).stat().st_size / 2**20:.1f} MiB, over "
-                                  f"the {max_bytes / 2**20:g} MiB per file")
+            raise CheckpointError(f"{out_dir / name} came out at {(out_dir / name).stat().st_size / 2**20:.1f} MiB, "
+                                  f"over the {max_bytes / 2**20:g} MiB per file")
         written.append(out_dir / name)
     return written
 

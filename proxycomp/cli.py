@@ -138,7 +138,8 @@ def shards_main(argv: list[str]) -> int:
     p = command_parser("proxycomp shards", "A fit checkpoint as files small enough to carry between device calls "
                        "(bf16 weights, no Adam moments), and back.")
     sub = p.add_subcommands(dest="command")
-    split = command_parser("proxycomp shards split", "Write CKPT's weights (bf16) and state as files of at most MAX MiB.")
+    split = command_parser("proxycomp shards split",
+                           "Write CKPT's weights (bf16) and state as files of at most MAX MiB.")
     split.add_argument("--ckpt", required=True, help="a .ckpt written by `proxycomp fit`")
     split.add_argument("--out", required=True, help="folder for weights.NN.pt and state.pt")
     split.add_argument("--max_mib", type=float, default=15.0, help="most MiB per file")

@@ -51,7 +51,8 @@ for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utiliti
 def ignore_library_warnings() -> None:
     """Warnings on every run that say nothing about it (call inside warnings.catch_warnings)."""
     # A deprecation inside Lightning's own pytree helper under this torch: Lightning's to fix, not ours.
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                            category=FutureWarning)
     # A resumed run checkpoints into its own folder again, which is what Lightning warns about here.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
     # validate writes no checkpoint, so where it would write one differs from where the checkpoint was written.
@@ -89,8 +90,10 @@ def trainer_defaults() -> dict:
         "gradient_clip_val": GRAD_CLIP,
         "log_every_n_steps": 10,
         "logger": [
-            {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "runs", "name": "proxycomp"}},
-            {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": "runs/tb", "name": "proxycomp"}},
+            {"class_path": "lightning.pytorch.loggers.CSVLogger",
+             "init_args": {"save_dir": "runs", "name": "proxycomp"}},
+            {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+             "init_args": {"save_dir": "runs/tb", "name": "proxycomp"}},
         ],
     }
 
@@ -107,7 +110,8 @@ class ProxyCLI(LightningCLI):
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
         parser.set_defaults({"lr_monitor.logging_interval": "step"})
         parser.link_arguments("data.vocab_size", "model.arch.vocab_size", apply_on="instantiate")
-        parser.link_arguments("data.vocabulary", "model.vocabulary", compute_fn=Vocabulary.to_dict, apply_on="instantiate")
+        parser.link_arguments("data.vocabulary", "model.vocabulary", compute_fn=Vocabulary.to_dict,
+                              apply_on="instantiate")
         parser.link_arguments("data.seq_len", "model.arch.max_seq_len")
         parser.link_arguments("trainer.max_steps", "data.mixing.total_steps")
         # Every subcommand takes it so that a run's config.yaml, which records it, reads back into validate.

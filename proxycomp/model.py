@@ -69,15 +69,19 @@ class ModelConfig:
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ModelConfigError(f"model.arch.{name} must be positive, got {getattr(self, name)}")
         if self.d_model % self.n_heads:
-            raise ModelConfigError(f"model.arch.d_model ({self.d_model}) must be divisible by model.arch.n_heads ({self.n_heads})")
+            raise ModelConfigError(f"model.arch.d_model ({self.d_model}) must be divisible by model.arch.n_heads "
+                                   f"({self.n_heads})")
         if self.n_heads % self.kv_heads:
-            raise ModelConfigError(f"model.arch.n_heads ({self.n_heads}) must be a multiple of model.arch.n_kv_heads ({self.kv_heads})")
+            raise ModelConfigError(f"model.arch.n_heads ({self.n_heads}) must be a multiple of model.arch.n_kv_heads "
+                                   f"({self.kv_heads})")
         if self.head_dim % 2:
             raise ModelConfigError(f"RoPE needs an even head size; d_model/n_heads = {self.head_dim}")
         if self.attn_backend not in ATTENTION:  # the table of backends below
-            raise ModelConfigError(f"unknown model.arch.attn_backend {self.attn_backend!r}; valid: {', '.join(ATTENTION)}")
+            raise ModelConfigError(f"unknown model.arch.attn_backend {self.attn_backend!r}; "
+                                   f"valid: {', '.join(ATTENTION)}")
         if self.embed_backend not in EMBED_BACKENDS:
-            raise ModelConfigError(f"unknown model.arch.embed_backend {self.embed_backend!r}; valid: {', '.join(EMBED_BACKENDS)}")
+            raise ModelConfigError(f"unknown model.arch.embed_backend {self.embed_backend!r}; "
+                                   f"valid: {', '.join(EMBED_BACKENDS)}")
 
     @property
     def head_dim(self) -> int:
@@ -283,7 +287,8 @@ class KVCache:
     and attends over the whole buffer under a mask: every shape is fixed, so a CUDA graph can capture the step
     and replay it with the slot advanced on the device (`proxycomp.generate`)."""
 
-    def __init__(self, config: ModelConfig, batch: int, capacity: int, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(self, config: ModelConfig, batch: int, capacity: int, device: torch.device,
+                 dtype: torch.dtype) -> None:
         shape = (batch, config.kv_heads, capacity, config.head_dim)
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]

@@ -87,7 +87,8 @@ def read_documents(spec: str, pattern: str = "**/*.py", flag: str = "--data") ->
     else:
         files = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
     if not files:
-        where = f"no file under {spec} matches {pattern!r}" if path.is_dir() else f"{spec} is no file, folder or matching glob"
+        where = (f"no file under {spec} matches {pattern!r}" if path.is_dir()
+                 else f"{spec} is no file, folder or matching glob")
         raise UserError(f"{flag}: {where}; pass a file, a folder of sources or a quoted glob such as 'src/**/*.py'")
     return [f.read_bytes() for f in files]
 

@@ -56,7 +56,8 @@ class Vocabulary:
             if name == view:
                 return start
             start += size
-        raise VocabularyError(f"view {view!r} is not in this vocabulary (has raw, {', '.join(self.views[1:]) or 'nothing else'})")
+        raise VocabularyError(f"view {view!r} is not in this vocabulary "
+                              f"(has raw, {', '.join(self.views[1:]) or 'nothing else'})")
 
     def range(self, view: str) -> range:
         start = self.offset(view)

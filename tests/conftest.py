@@ -31,7 +31,8 @@ def _seed():
 
 
 class GraphRecorder:
-    """A torch.compile backend that runs each graph Dynamo captures as it is and keeps it, so a test can read its ops."""
+    """A torch.compile backend that runs each graph Dynamo captures as it is and keeps it, so a test can read its
+    ops."""
 
     def __init__(self) -> None:
         self.graphs = []

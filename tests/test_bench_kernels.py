@@ -1,4 +1,5 @@
-"""proxycomp.bench.kernels: options are checked before any GPU work, with one-line errors (the timing runs on the H200)."""
+"""proxycomp.bench.kernels: options are checked before any GPU work, with one-line errors (the timing runs on the
+H200)."""
 from __future__ import annotations
 
 import sys

@@ -81,11 +81,13 @@ def test_joined_checkpoint_resumes_fit_and_loads_as_a_policy(half):
 
 def test_the_shards_verb(half, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["proxycomp"])
-    assert main(["shards", "split", "--ckpt", str(half / "half.ckpt"), "--out", str(half / "cli"), "--max_mib", "0.0625"]) == 0
+    assert main(["shards", "split", "--ckpt", str(half / "half.ckpt"), "--out", str(half / "cli"),
+                 "--max_mib", "0.0625"]) == 0
     assert "state.pt" in capsys.readouterr().out
     assert main(["shards", "join", "--shards", str(half / "cli"), "--out", str(half / "cli.ckpt")]) == 0
     assert (half / "cli.ckpt").is_file()
     assert main(["shards", "join", "--shards", str(half), "--out", str(half / "x.ckpt")]) == 2
     assert "holds no state.pt" in capsys.readouterr().err
-    assert main(["shards", "split", "--ckpt", str(half / "half.ckpt"), "--out", str(half / "tiny"), "--max_mib", "0.001"]) == 2
+    assert main(["shards", "split", "--ckpt", str(half / "half.ckpt"), "--out", str(half / "tiny"),
+                 "--max_mib", "0.001"]) == 2
     assert "over the" in capsys.readouterr().err

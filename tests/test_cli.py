@@ -259,7 +259,8 @@ def test_own_data_flags(recipe, capsys, tmp_path):
                      "--data.corpus.on_invalid_utf8", "skip", "--data.corpus.glob", '["**/*.py", "**/*.rs"]',
                      "--data.corpus.exclude", '["vendor", "*.min.js"]'], run=False)
     corpus = cli.datamodule.corpus_config
-    assert (corpus.on_invalid_utf8, corpus.glob, corpus.exclude) == ("skip", ("**/*.py", "**/*.rs"), ("vendor", "*.min.js"))
+    assert (corpus.on_invalid_utf8, corpus.glob, corpus.exclude) == ("skip", ("**/*.py", "**/*.rs"),
+                                                                      ("vendor", "*.min.js"))
 
 
 class FillingDisk(io.FileIO):
@@ -418,7 +419,8 @@ def recipe(tmp_path, monkeypatch) -> Path:
     "override, fragments",
     [
         (["--data.views.names", "[raw, gzip]"], ["unknown view 'gzip'"]),
-        (["--model.arch.attn_backend", "xformers"], ["unknown model.arch.attn_backend 'xformers'", "sdpa, triton, flash_attn, flex"]),
+        (["--model.arch.attn_backend", "xformers"],
+         ["unknown model.arch.attn_backend 'xformers'", "sdpa, triton, flash_attn, flex"]),
         (["--model.arch.n_heads", "3"], ["model.arch.d_model (32) must be divisible by model.arch.n_heads (3)"]),
         (["--model.compile_mode", "reduce_overhead"], ["model.compile_mode='reduce_overhead'", "reduce-overhead"]),
         (["--data.seq_len", "1"], ["seq_len >= 2"]),

@@ -56,7 +56,8 @@ def test_max_documents_is_a_deterministic_sample(folder):
 
 def test_invalid_utf8_errors_by_default_and_is_counted_when_skipped(folder):
     (folder / "d1" / "latin1.py").write_bytes(b"caf\xe9 = 1\n" * 40)
-    with pytest.raises(CorpusError, match=r"d1/latin1.py: not valid UTF-8 at byte 3; .*--data.corpus.on_invalid_utf8 skip"):
+    with pytest.raises(CorpusError,
+                       match=r"d1/latin1.py: not valid UTF-8 at byte 3; .*--data.corpus.on_invalid_utf8 skip"):
         load_corpus(CorpusConfig("folder", str(folder), max_bytes=1000))
     c = load_corpus(CorpusConfig("folder", str(folder), max_bytes=1000, on_invalid_utf8="skip"))
     assert c.report.invalid_utf8 == 1 and c.report.kept == 30

@@ -38,8 +38,9 @@ def make_dm(corpus_dir, tmp_path, views=("raw", "spm", "zstd"), schedule="paper"
             **overrides) -> ProxyDataModule:
     args = dict(seq_len=64, batch_size=2, num_workers=0, artifacts_dir=str(tmp_path / "art"), seed=1)
     return ProxyDataModule(
-        corpus or CorpusConfig("folder", str(corpus_dir), val_fraction=0.2), ViewConfig(tuple(views), spm_vocab_size=400),
-        MixingSchedule(schedule, total_steps=total_steps), **{**args, **overrides},
+        corpus or CorpusConfig("folder", str(corpus_dir), val_fraction=0.2),
+        ViewConfig(tuple(views), spm_vocab_size=400), MixingSchedule(schedule, total_steps=total_steps),
+        **{**args, **overrides},
     )
 
 
@@ -162,7 +163,8 @@ def test_a_state_written_before_a_setting_existed_resumes_at_its_default(corpus_
     dm = make_dm(corpus_dir, tmp_path)
     dm.load_state_dict(state)
     with pytest.raises(DataStateError, match=r"corpus.split: 'train' -> 'test'"):
-        make_dm(corpus_dir, tmp_path, corpus=CorpusConfig("folder", str(corpus_dir), split="test")).load_state_dict(state)
+        on_test = make_dm(corpus_dir, tmp_path, corpus=CorpusConfig("folder", str(corpus_dir), split="test"))
+        on_test.load_state_dict(state)
 
 
 def test_state_from_other_settings_is_refused(corpus_dir, tmp_path):

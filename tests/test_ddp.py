@@ -194,7 +194,8 @@ PINNING_PROBE = "import os, time\ntime.sleep(1)\nraise RuntimeError('pinned=' + 
 def run_pinning_probe(devices: list[str]) -> list[str]:
     pool = LocalPool(devices=devices)
     try:
-        job = Job(id="probe", task="probe", task_source=PINNING_PROBE, code="", config=EvalConfig(size="cpu", retries=0))
+        job = Job(id="probe", task="probe", task_source=PINNING_PROBE, code="",
+                  config=EvalConfig(size="cpu", retries=0))
         results = pool.run([job, job])
     finally:
         pool.close()

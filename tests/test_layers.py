@@ -95,7 +95,8 @@ def _layer(name: str) -> str:
         return "roof"
     if name.startswith("proxycomp.kernels"):
         return "kernels"
-    if name in ("proxycomp.gym_bridge.policy", "proxycomp.gym_bridge.cli") or name.startswith("proxycomp.gym_bridge.rl"):
+    if (name in ("proxycomp.gym_bridge.policy", "proxycomp.gym_bridge.cli")
+            or name.startswith("proxycomp.gym_bridge.rl")):
         return "bridge"
     if name.startswith("proxycomp.gym_bridge"):
         return "gym environment"

@@ -117,7 +117,8 @@ def test_loss_is_logged_per_vocabulary_range():
     batch = next(iter(data.train_dataloader()))
     targets = batch["targets"].flatten()
     nats = symbol_nats(before(batch["input_ids"], batch["positions"], batch["doc_ids"]), batch["targets"]).detach()
-    groups = {"raw": (targets >= 64) & (targets < 320), "spm": targets >= 320, "special": (targets >= 0) & (targets < 64)}
+    groups = {"raw": (targets >= 64) & (targets < 320), "spm": targets >= 320,
+              "special": (targets >= 0) & (targets < 64)}
     logged = trainer.logged_metrics
     for name, mask in groups.items():
         assert mask.any()
@@ -371,7 +372,8 @@ def test_resume_continues_the_same_loss_curve(tmp_path):
     quiet_trainer(max_steps=6, callbacks=[second]).fit(tiny_lm(), SyntheticData(), ckpt_path=ckpt)
 
     assert len(straight.losses) == 6 and len(first.losses) == len(second.losses) == 3
-    torch.testing.assert_close(torch.tensor(first.losses + second.losses), torch.tensor(straight.losses), atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.tensor(first.losses + second.losses), torch.tensor(straight.losses),
+                               atol=1e-5, rtol=0)
 
 
 def test_checkpoint_carries_the_vocabulary(tmp_path):
@@ -398,7 +400,8 @@ def test_load_lm_errors_are_one_line(tmp_path):
 
 
 def test_vocab_size_smaller_than_the_vocabulary_is_rejected():
-    with pytest.raises(ModelConfigError, match=r"model.arch.vocab_size \(320\) is smaller than the vocabulary \(336 ids\)"):
+    with pytest.raises(ModelConfigError,
+                       match=r"model.arch.vocab_size \(320\) is smaller than the vocabulary \(336 ids\)"):
         tiny_lm(vocab_size=320)
 
 

@@ -93,7 +93,8 @@ def test_batched_greedy_generation_equals_one_by_one():
     for i, prompt in enumerate(prompts):
         alone = generate(model, [prompt], 12, temperature=0, stop_ids=())
         assert batched.ids[i] == alone.ids[0]
-        torch.testing.assert_close(torch.tensor(batched.logprobs[i]), torch.tensor(alone.logprobs[0]), atol=1e-5, rtol=0)
+        torch.testing.assert_close(torch.tensor(batched.logprobs[i]), torch.tensor(alone.logprobs[0]),
+                                   atol=1e-5, rtol=0)
 
 
 def test_generation_logprobs_are_those_of_the_tempered_softmax():
@@ -209,7 +210,8 @@ def test_flops_per_symbol_on_a_hand_computed_config():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(attn_backend="xformers"), "unknown model.arch.attn_backend 'xformers'; valid: sdpa, triton, flash_attn, flex"),
+        (dict(attn_backend="xformers"),
+         "unknown model.arch.attn_backend 'xformers'; valid: sdpa, triton, flash_attn, flex"),
         (dict(embed_backend="cuda"), "unknown model.arch.embed_backend 'cuda'; valid: torch, triton"),
         (dict(d_model=30), "must be divisible by model.arch.n_heads"),
         (dict(n_kv_heads=3), "multiple of model.arch.n_kv_heads"),

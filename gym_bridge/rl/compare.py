@@ -143,7 +143,8 @@ def summary_markdown(results: dict[str, dict]) -> str:
         lines.append("| " + " | ".join([name, row["phase"], row["size"], row["split"], *counts]) + " |")
     lines += ["", "Differences:", "", *(_differences(results) or ["- (no arm has been evaluated after RL yet)"])]
     lines += ["", "Training episodes, mean per step:", "",
-              "| estimator | step | " + " | ".join(STEP_COLUMNS) + " | rollout s |", "|" + "---|" * (3 + len(STEP_COLUMNS))]
+              "| estimator | step | " + " | ".join(STEP_COLUMNS) + " | rollout s |",
+              "|" + "---|" * (3 + len(STEP_COLUMNS))]
     for name, result in results.items():
         for row in result["steps"]:
             cells = [name, str(row["step"]), *(f"{row.get(c, float('nan')):.3f}" for c in STEP_COLUMNS),

@@ -88,7 +88,8 @@ class AlgorithmConfig:
             estimator(torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, dtype=torch.long),
                       **self.estimator_options)
         except TypeError as err:
-            raise ValueError(f"algorithm.estimator_options: {self.estimator} refuses {self.estimator_options} ({err})") from None
+            raise ValueError(f"algorithm.estimator_options: {self.estimator} refuses {self.estimator_options} "
+                             f"({err})") from None
         if self.lr <= 0 or self.grad_clip <= 0 or self.updates_per_step < 1 or self.micro_batch < 1:
             raise ValueError("algorithm: need lr > 0, grad_clip > 0, updates_per_step >= 1 and micro_batch >= 1")
 
@@ -428,7 +429,8 @@ class RLTrainer:
         metrics = {"step": self.step, **rollout_metrics(trajectories), "rollout/dropped": dropped,
                    **batch.stats, **update_stats,
                    "time/rollout_s": rolled - started, **{f"time/{k}": v for k, v in timings.items()},
-                   **{f"gym_s/{k}": v for k, v in mean_stages(t.stage_s for tr in trajectories for t in tr.turns).items()},
+                   **{f"gym_s/{k}": v
+                      for k, v in mean_stages(t.stage_s for tr in trajectories for t in tr.turns).items()},
                    "time/update_s": time.monotonic() - rolled}
         self.log.write(metrics)
         self.log.write_turns(self.step, trajectories, self.updater.mismatch_verdicts, batch.prs_verdicts)

@@ -61,7 +61,8 @@ class ModelNew(nn.Module):
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if logits.dim() != 2 or targets.shape != logits.shape[:1]:
             raise ValueError(
-                f"cross_entropy expects logits (N, C) and targets (N,), got {tuple(logits.shape)} and {tuple(targets.shape)}"
+                f"cross_entropy expects logits (N, C) and targets (N,), got {tuple(logits.shape)} and "
+                f"{tuple(targets.shape)}"
             )
         logits = logits.contiguous()
         targets = targets.contiguous()

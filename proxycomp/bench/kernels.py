@@ -153,7 +153,7 @@ def bench_attention(results: list, gen_cpu, gen_cuda) -> None:
                                 fwd_ms=fwd, fwd_bwd_ms=fwd_bwd))
             print(f"docs {name:17s} {batch},{heads},{seq},{dim}: fwd {fwd:.3f} ms fwd+bwd {fwd_bwd:.3f} ms "
                   f"(err {err:.1e})", flush=True)
-        del dense_mask, same_doc
+        dense_mask = same_doc = None  # frees GPU memory; `del` would unbind a name the lambdas above read
 
 
 def bench_embedding(results: list, gen_cuda) -> None:
@@ -216,7 +216,7 @@ def time_graph(fn, q, k, v, grad_out) -> float | None:
         fn(q, k, v).backward(grad_out)
     try:
         return triton.testing.do_bench_cudagraph(step, rep=100, return_mode="median")
-    except Exception as exc:  # one impl failing to capture must not cost the rest of the device call
+    except Exception as exc:  # noqa: BLE001 - one impl failing to capture must not cost the rest of the device call
         print(f"  CUDA graph capture failed: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
         return None
 
@@ -260,7 +260,7 @@ def bench_flex(results: list, gen_cpu, gen_cuda, spm_rows: torch.Tensor | None) 
                                     graph_tflops=None if graph is None else flops / graph * 1e-9))
                 print(f"flex {name:12s} {batch},{heads},{seq},{dim} docs={docs}: fwd+bwd {host:.3f} ms host, "
                       f"{'n/a' if graph is None else f'{graph:.3f}'} ms graph (err {err:.1e})", flush=True)
-            del block_mask
+            block_mask = None  # frees GPU memory; `del` would unbind a name the lambdas above read
 
 
 def flex_summary(results: list) -> tuple[list[str], dict]:
@@ -344,7 +344,7 @@ def sweep_short(results: list, gen_cpu, gen_cuda) -> None:
             for i, fn in enumerate(fns):
                 try:
                     check_grads(fn, fns[1], q, k, v, grad_out)
-                except Exception as exc:  # a config can exceed shared memory or registers: report, leave it out
+                except Exception as exc:  # noqa: BLE001 - a config can exceed shared memory or registers: report, skip
                     print(f"sweep_short {(batch, heads, seq, dim)} docs={docs} {configs[i][0]}: failed "
                           f"{type(exc).__name__}: {str(exc)[:80]}", flush=True)
                     continue
@@ -384,7 +384,7 @@ def sweep_attention(results: list, gen_cuda) -> None:
         for i, (kind, variant, fn) in enumerate(candidates):
             try:
                 check_grads(fn, sdpa(SDPBackend.FLASH_ATTENTION), q, k, v, grad_out)
-            except Exception as exc:  # a config can exceed shared memory or registers: report and leave it out
+            except Exception as exc:  # noqa: BLE001 - a config can exceed shared memory or registers: report, skip
                 print(f"{kind} {(batch, heads, seq, dim)} {variant}: failed {type(exc).__name__}: {str(exc)[:80]}",
                       flush=True)
                 continue
@@ -478,7 +478,7 @@ def main() -> None:
     gemm = 2 * 8192**3 / bench_ms(lambda: a @ a) * 1e-9
     results.append(dict(kind="gemm_ceiling", tflops=gemm))
     print(f"GEMM 8192^3 bf16: {gemm:.0f} TFLOP/s", flush=True)
-    del a
+    a = None  # frees GPU memory; `del` would unbind a name the lambda above reads
     if "attention" in parts:
         bench_attention(results, gen_cpu, gen_cuda)
     if "embedding" in parts:
@@ -486,7 +486,7 @@ def main() -> None:
     if "flex" in parts:
         try:
             spm_rows = spm_doc_ids("h200", FLEX_SHAPES[0][2], max(shape[0] for shape in FLEX_SHAPES), args.seed)
-        except Exception as exc:  # the data pipeline (corpus, SentencePiece, codecs) missing must not cost the grid
+        except Exception as exc:  # noqa: BLE001 - the data pipeline (corpus, SentencePiece, codecs) missing must not cost the grid
             print(f"flex: no spm row ({type(exc).__name__}: {exc})", flush=True)
             spm_rows = None
         bench_flex(results, gen_cpu, gen_cuda, spm_rows)

@@ -361,7 +361,7 @@ def run_arm(arm: Arm, size: ModelSize, work: Workload, device: torch.device, pre
     try:
         profile_to = profile_dir / f"{size.name}_{arm.name}.txt" if profile_dir is not None else None
         seconds = run(arm, size, work, device, preset, warmup, steps, profile_to)
-    except Exception as err:  # one arm failing (OOM, compile) must not cost the other arms of a device run
+    except Exception as err:  # noqa: BLE001 - one arm failing (OOM, compile) must not cost the other arms of a device run
         print(f"bench_train: {size.name} {arm.name} failed: {type(err).__name__}: {err}", file=sys.stderr)
         return {**result, "error": f"{type(err).__name__}: {err}"}
     finally:

@@ -48,7 +48,8 @@ class ValBpbCurve(Callback):
         if trainer.global_step == 0 and not self.points:
             self._measure(trainer, pl_module)
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
         step = trainer.global_step
         if step % self.every_n_steps == 0 or step == trainer.max_steps:
             self._measure(trainer, pl_module)

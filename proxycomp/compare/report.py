@@ -103,7 +103,8 @@ def markdown(results: dict[str, Any], title: str) -> str:
         lines += [
             "",
             f"Compressors on the held-out split: raw bytes per symbol, and normalized edit distance of the view when "
-            f"{spec['perturb_rate']:.0%} of characters are deleted (mean over {next(iter(comp.values()))['documents']} documents).",
+            f"{spec['perturb_rate']:.0%} of characters are deleted (mean over "
+            f"{next(iter(comp.values()))['documents']} documents).",
             "",
             "| view | bytes/symbol | edit distance |",
             "|---|---:|---:|",

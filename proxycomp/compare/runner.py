@@ -190,7 +190,8 @@ class Comparison:
         every = max(1, plan.max_steps // s.curve_points)
         data = {
             "corpus": asdict(s.corpus),
-            "views": {"names": list(arm.views), "spm_vocab_size": s.spm_vocab_size, "spm_train_bytes": s.spm_train_bytes,
+            "views": {"names": list(arm.views), "spm_vocab_size": s.spm_vocab_size,
+                      "spm_train_bytes": s.spm_train_bytes,
                       "spm_model_file": str(self.out / SPM_FILE) if "spm" in arm.views else None},
             "mixing": {"kind": arm.schedule},
             "seq_len": s.seq_len, "batch_size": s.batch_size, "num_workers": s.num_workers,

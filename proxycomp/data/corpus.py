@@ -83,7 +83,8 @@ class Corpus:
 
 def stable_hash(text: str, seed: int = 0) -> int:
     """A hash that is the same in every process and Python version (unlike `hash`)."""
-    return int.from_bytes(hashlib.blake2b(f"{seed}:{text}".encode("utf-8", "surrogateescape"), digest_size=8).digest(), "big")
+    digest = hashlib.blake2b(f"{seed}:{text}".encode("utf-8", "surrogateescape"), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,8 @@ class CorpusConfig:
             raise CorpusError(f"need 0 <= min_bytes <= max_bytes, got min_bytes={self.min_bytes}, "
                               f"max_bytes={self.max_bytes}")
         if self.max_documents is not None and self.max_documents < 2:
-            raise CorpusError(f"max_documents must be at least 2 (one train, one val document), got {self.max_documents}")
+            raise CorpusError(f"max_documents must be at least 2 (one train, one val document), "
+                              f"got {self.max_documents}")
         if self.on_invalid_utf8 not in (None, "error", "skip"):
             raise CorpusError(f"on_invalid_utf8 must be 'error' or 'skip', got {self.on_invalid_utf8!r}")
 
@@ -269,8 +271,8 @@ def _read_source(c: CorpusConfig, path: str | None, split: str, seed: int, field
                               "data.corpus.glob")
         files = _matching_files(root, c.glob, c.exclude)
         if not files:
-            raise CorpusError(f"no file in {path} matches glob {c.glob!r}" + (f" outside exclude {c.exclude!r}" if c.exclude else "")
-                              + "; set data.corpus.glob")
+            raise CorpusError(f"no file in {path} matches glob {c.glob!r}"
+                              + (f" outside exclude {c.exclude!r}" if c.exclude else "") + "; set data.corpus.glob")
         yield from _read_files(files, c.min_bytes, c.max_bytes, c.max_documents, seed)
     elif c.source == "jsonl":
         for file in _data_files(root, "jsonl"):
@@ -309,7 +311,8 @@ def _data_files(root: Path, ext: str) -> list[Path]:
         return [root]
     files = sorted(root.glob(f"**/*.{ext}"))
     if not files:
-        raise CorpusError(f"no *.{ext} file under {root}; set data.corpus.path to a .{ext} file or a folder holding some")
+        raise CorpusError(f"no *.{ext} file under {root}; set data.corpus.path to a .{ext} file or a folder "
+                          "holding some")
     return files
 
 
@@ -360,7 +363,8 @@ def _read_jsonl(file: Path, text_field: str) -> Iterator[_Candidate]:
             except json.JSONDecodeError as err:
                 raise CorpusError(f"{file}:{lineno}: not a JSON object ({err.msg}); fix or remove the line") from None
             if not isinstance(record, dict) or text_field not in record:
-                raise CorpusError(f"{file}:{lineno}: no field {text_field!r}; set data.corpus.text_field to the text's key")
+                raise CorpusError(f"{file}:{lineno}: no field {text_field!r}; set data.corpus.text_field to the "
+                                  "text's key")
             name = f"{file}:{lineno}"
             yield _candidate(name, _text_bytes(record[text_field], name, text_field))
 
@@ -370,11 +374,12 @@ def _read_parquet(file: Path, text_field: str) -> Iterator[_Candidate]:
 
     try:
         table = pq.ParquetFile(file)
-    except Exception as err:  # pyarrow raises several types for a non-parquet file
+    except Exception as err:  # noqa: BLE001 - pyarrow raises several types for a non-parquet file
         raise CorpusError(f"{file}: not a readable parquet file ({err})") from None
     columns = table.schema_arrow.names
     if text_field not in columns:
-        raise CorpusError(f"{file}: no column {text_field!r} (columns: {', '.join(columns)}); set data.corpus.text_field")
+        raise CorpusError(f"{file}: no column {text_field!r} (columns: {', '.join(columns)}); "
+                          "set data.corpus.text_field")
     row = 0
     for batch in table.iter_batches(columns=[text_field]):
         for value in batch.column(0).to_pylist():
@@ -403,7 +408,7 @@ def _read_hf(root: Path, text_field: str, split: str) -> Iterator[_Candidate]:
             data = datasets.load_from_disk(str(root))
         else:
             data = datasets.load_dataset(str(root))
-    except Exception as err:  # `datasets` raises many types for a folder it cannot read
+    except Exception as err:  # noqa: BLE001 - `datasets` raises many types for a folder it cannot read
         reason = " ".join(str(err).split()) or type(err).__name__
         raise CorpusError(f"{root}: `datasets` cannot read it ({reason}); point data.corpus.path at a save_to_disk "
                           "folder, a folder of data files or one data file") from None
@@ -418,7 +423,8 @@ def _read_hf(root: Path, text_field: str, split: str) -> Iterator[_Candidate]:
         raise CorpusError(f"{root}: a single dataset without splits, so split {split!r} does not exist; hold out "
                           "data.corpus.val_path or a data.corpus.val_fraction share instead")
     if text_field not in data.column_names:
-        raise CorpusError(f"{root}: no column {text_field!r} (columns: {', '.join(data.column_names)}); set data.corpus.text_field")
+        raise CorpusError(f"{root}: no column {text_field!r} (columns: {', '.join(data.column_names)}); "
+                          "set data.corpus.text_field")
     for row, value in enumerate(data[text_field]):
         name = f"{root}:{row}"
         yield _candidate(name, _text_bytes(value, name, text_field))

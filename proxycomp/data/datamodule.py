@@ -168,11 +168,14 @@ class ProxyDataModule(L.LightningDataModule):
         try:
             symbols = np.load(path, mmap_mode="r")
         except (OSError, ValueError) as err:
-            raise CorpusError(f"data.replay_file {path} cannot be read as a .npy array ({err}); write it with numpy.save") from None
+            raise CorpusError(f"data.replay_file {path} cannot be read as a .npy array ({err}); "
+                              "write it with numpy.save") from None
         if symbols.ndim != 1 or symbols.dtype.kind not in "iu" or len(symbols) < 2:
-            raise CorpusError(f"data.replay_file {path} must hold a 1-D integer array of symbols, got {symbols.dtype} {symbols.shape}")
+            raise CorpusError(f"data.replay_file {path} must hold a 1-D integer array of symbols, "
+                              f"got {symbols.dtype} {symbols.shape}")
         if int(symbols.min()) < 0 or int(symbols.max()) >= self.vocab_size:
-            raise CorpusError(f"data.replay_file {path} holds ids outside 0..{self.vocab_size - 1}; it was made for other views")
+            raise CorpusError(f"data.replay_file {path} holds ids outside 0..{self.vocab_size - 1}; "
+                              "it was made for other views")
         return symbols
 
     def train_dataloader(self) -> DataLoader:

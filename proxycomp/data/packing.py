@@ -96,7 +96,8 @@ class ValWindows(Dataset):
     """Views of held-out documents (raw unless `view` is given), packed in corpus order; deterministic, finite,
     padded at the end."""
 
-    def __init__(self, documents: Sequence[bytes], seq_len: int, max_windows: int | None = None, view: View | None = None):
+    def __init__(self, documents: Sequence[bytes], seq_len: int, max_windows: int | None = None,
+                 view: View | None = None):
         view = view or RawView(RAW_OFFSET)
         stream = _ArrayStream(serialize_views([(view.name, view.encode_array(d))]) for d in documents)
         self.windows: list[list[np.ndarray]] = []

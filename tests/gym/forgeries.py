@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from hostile import RELU, Hostile
+from hostile import Hostile
 
 
 @dataclass(frozen=True)
@@ -621,7 +621,8 @@ def _in_child(compute, like):
         del view
         getattr(os, "_exit")(0)
     os.waitpid(pid, 0)
-    return torch.frombuffer(bytearray(shared[:nbytes]), dtype=like.dtype, count=like.numel()).reshape(like.shape).clone()
+    return torch.frombuffer(bytearray(shared[:nbytes]), dtype=like.dtype,
+                            count=like.numel()).reshape(like.shape).clone()
 
 
 class ModelNew(nn.Module):

@@ -276,8 +276,8 @@ class ModelNew(nn.Module):
         token(x)
         return torch.jit.wait(torch.jit.fork(torch.relu, x))
 ''', judge_alone=False, why_static="torch.jit.fork carries the profiler and the dispatch audit to its thread, so the "
-                                   "compute is not hidden: alone it is a partial kernel, legal on a CPU (no coverage there) "
-                                   "and scored by its coverage on a GPU"),
+                                   "compute is not hidden: alone it is a partial kernel, legal on a CPU (no coverage "
+                                   "there) and scored by its coverage on a GPU"),
     Hostile("hide_numpy", "hiding compute", '''
 class ModelNew(nn.Module):
     def forward(self, x):

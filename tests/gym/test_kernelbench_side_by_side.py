@@ -46,7 +46,7 @@ def tool():
 
 def _run_copy(text: str) -> dict:
     namespace: dict = {}
-    exec(compile(text, "copy", "exec"), namespace)
+    exec(compile(text, "copy", "exec"), namespace)  # noqa: S102 - the tool's rewritten copy must still run
     return namespace
 
 

@@ -17,4 +17,5 @@ def test_every_shipped_solution_is_correct_and_clean():
     assert not bad
     assert all(r.launched_kernels for r in results)
     # Where each worker spent its time (no timing or profiling on CPU).
-    assert all({"load", "check", "total"} <= set(r.stage_s) and r.stage_s["total"] >= r.stage_s["check"] for r in results)
+    assert all({"load", "check", "total"} <= set(r.stage_s) and r.stage_s["total"] >= r.stage_s["check"]
+               for r in results)

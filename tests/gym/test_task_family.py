@@ -29,7 +29,8 @@ def family():
 def written(tmp_path_factory):
     """The family as `proxycomp gym generate` writes it."""
     out = tmp_path_factory.mktemp("family")
-    assert gym_main(["generate", "--out", str(out), "--n", str(N), "--seed", str(SEED), "--heldout_fraction", "0.25"]) == 0
+    assert gym_main(["generate", "--out", str(out), "--n", str(N), "--seed", str(SEED),
+                     "--heldout_fraction", "0.25"]) == 0
     return out
 
 

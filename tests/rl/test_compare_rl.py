@@ -37,7 +37,8 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
     assert [r["task"] for r in summary["grpo"]["before"]] == ["relu", "all"]
     assert [s["step"] for s in summary["trloo"]["steps"]] == [1]
     table = (out / "summary.md").read_text()
-    assert "| trloo | before RL (after SFT) | cpu | train | 1 |" in table and "| grpo | after 1 steps | cpu | train |" in table
+    assert "| trloo | before RL (after SFT) | cpu | train | 1 |" in table
+    assert "| grpo | after 1 steps | cpu | train |" in table
     assert (out / "rl_curves.png").stat().st_size > 0
     (out / "summary.md").unlink()
     assert compare_rl.main(["--out", str(out), "--summarize_only"]) == 0
@@ -48,7 +49,8 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
     status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out), "--resume",
                               "--", *overrides])
     assert status == 0, (out / "trloo.log").read_text()[-2000:]
-    assert "resumed at step 1" in (out / "trloo.log").read_text() and "grpo: finished earlier" in capsys.readouterr().out
+    assert "resumed at step 1" in (out / "trloo.log").read_text()
+    assert "grpo: finished earlier" in capsys.readouterr().out
     assert (out / "trloo" / "eval_after.json").is_file()
     steps_2 = [*overrides[:4], "--steps", "2", *overrides[6:]]
     assert compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out), "--resume",
@@ -116,7 +118,8 @@ def test_summary_gives_intervals_verdicts_and_says_what_is_inside_the_noise(comp
         "grpo": {"before": [before], "after": [_row("after 10 steps", 0.5, episodes=32)], "steps": []},
     }
     table = compare_rl.summary_markdown(results)
-    assert "| trloo | after 10 steps | gpu_heldout | heldout | 64 | 0.100 [0.044, 0.190] | 0.600 [0.471, 0.705] |" in table
+    assert ("| trloo | after 10 steps | gpu_heldout | heldout | 64 | 0.100 [0.044, 0.190] | 0.600 [0.471, 0.705] |"
+            in table)
     assert "| hack/decoy | verdict/incorrect | verdict/ok |" in table
     assert "| trloo | after 10 steps | gpu_heldout | heldout | 2 | 0 | 70 |" in table
     assert "Fewer than 64 episodes" in table and "heldout (grpo, after 10 steps)" in table

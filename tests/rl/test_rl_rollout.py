@@ -2,7 +2,6 @@
 from collections.abc import Sequence
 
 import pytest
-import torch
 from torch import nn
 
 from proxycomp.gym_bridge.config import RewardWeights
@@ -10,7 +9,7 @@ from proxycomp.gym_bridge.extract import extract_code
 from proxycomp.gym_bridge.policy import Policy, Sample, ScoredReplies
 from proxycomp.gym_bridge.result import EvalResult
 from proxycomp.gym_bridge.reward import compute_reward
-from proxycomp.gym_bridge.rl import Trajectory, Turn, reward_to_go, stack_turns
+from proxycomp.gym_bridge.rl import reward_to_go, stack_turns
 from proxycomp.gym_bridge.rl.rollout import RolloutConfig, run_episodes
 from proxycomp.gym_bridge.rl.warmstart import reply_text
 from proxycomp.gym_bridge.tasks import load_task
@@ -52,7 +51,8 @@ def test_feedback_is_carried_and_every_turn_is_played(cpu_gym):
     assert len(trajectories) == 2 and len(policy.calls) == 3  # a correct turn 1 does not end the episode
     for traj in trajectories:
         first, second, third = traj.turns
-        assert (first.correct, first.reward, first.status) == (False, 0.0, "incorrect") and "incorrect" in first.feedback
+        assert (first.correct, first.reward, first.status) == (False, 0.0, "incorrect")
+        assert "incorrect" in first.feedback
         assert BROKEN.strip() in second.prompt and first.feedback.strip() in second.prompt
         assert (second.correct, second.reward, second.status) == (True, 1.0, "ok")
         assert second.tokens == policy.encode_reply(reply_text(SOLUTION))

@@ -14,7 +14,7 @@ from proxycomp.gym_bridge.policy import ByteLMPolicy, Sample
 from proxycomp.gym_bridge.rl import MismatchConfig, PolicyLossConfig, Trajectory, Turn, policy_loss
 from proxycomp.checkpoint import load_lm, save_lm
 from proxycomp.cli import main as proxycomp
-from proxycomp.gym_bridge.rl.cli import RLConfigError, main, parse_config
+from proxycomp.gym_bridge.rl.cli import RLConfigError, parse_config
 from proxycomp.gym_bridge.rl.rollout import RolloutConfig, turn_from_result
 from proxycomp.gym_bridge.rl.trainer import (
     AlgorithmConfig,

@@ -116,8 +116,9 @@ def test_a_killed_warm_start_goes_on_from_its_partial_checkpoint(relu_corpus, tm
     from proxycomp.gym_bridge.rl.warmstart import BaseModel, WarmStarter
     from proxycomp.lit import ProxyLM
 
-    config, _ = cli.parse_config(["--ckpt", "x", "--tasks", "[relu]", "--warmstart.steps", "4", "--warmstart.batch_size",
-                                  "2", "--warmstart.save_every", "2", "--rollout.prompt_max_bytes", "1600"])
+    config, _ = cli.parse_config(["--ckpt", "x", "--tasks", "[relu]", "--warmstart.steps", "4",
+                                  "--warmstart.batch_size", "2", "--warmstart.save_every", "2",
+                                  "--rollout.prompt_max_bytes", "1600"])
 
     def warm_start(out):
         if not (out / "warmstart" / "corpus.jsonl").is_file():
@@ -146,7 +147,8 @@ def test_a_killed_warm_start_goes_on_from_its_partial_checkpoint(relu_corpus, tm
     warm_start(tmp_path / "killed")
     assert "warm start: going on from step 2" in capsys.readouterr().out
     assert not (tmp_path / "killed" / "warmstart" / "partial.ckpt").exists()
-    straight, resumed = (load_lm(tmp_path / d / "warmstart" / "model.ckpt").state_dict() for d in ("straight", "killed"))
+    straight, resumed = (load_lm(tmp_path / d / "warmstart" / "model.ckpt").state_dict()
+                         for d in ("straight", "killed"))
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
 
 
