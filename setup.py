@@ -47,7 +47,7 @@ setup(
         "pyarrow",
     ],
     extras_require={
-        "dev": ["pytest>=7", "pytest-timeout", "hypothesis>=6", "triton>=3.0", "ruff>=0.17"],
+        "dev": ["pytest>=7", "pytest-timeout", "hypothesis>=6", "triton>=3.0", "ruff==0.17.6"],
         "ray": ["ray[default]>=2.9"],
         "flash": ["flash-attn"],
     },
