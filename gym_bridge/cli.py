@@ -9,12 +9,12 @@ import shlex
 import sys
 import time
 
-from proxycomp.benchmarks import add_benchmarks_option, append_block
+from proxycomp.bench.record import add_benchmarks_option, append_block
 from proxycomp.command import command_parser
 from proxycomp.defaults import default_device
 from proxycomp.errors import UserError
 
-from .benchmark import Entry, append_row, load_rows, pair_candidates, row, summary, summary_line, table
+from .kernelbench import Entry, append_row, load_rows, pair_candidates, row, summary, summary_line, table
 from .config import SIZES, Candidate, EvalConfig
 from .evaluator import Evaluator, open_pool
 from .pool import LocalPool

@@ -174,6 +174,7 @@ VERBS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "eval-bpb": (eval_bpb_main, "bits per raw byte of a checkpoint on your own files"),
     "gym": (_delegate("proxycomp.gym_bridge.cli"), "the embedded KernelGYM: list tasks, judge a kernel, benchmark"),
     "rl": (_delegate("proxycomp.gym_bridge.rl.cli"), "multi-turn kernel RL (TRLOO) in the gym"),
+    "rl-compare": (_delegate("proxycomp.gym_bridge.rl.compare"), "advantage estimators (TRLOO, GRPO) at equal budget"),
     "compare": (_delegate("proxycomp.compare.cli"), "byte vs proxy vs tokenizer arms at equal compute"),
     "shards": (shards_main, "a fit checkpoint as files small enough to carry between device calls, and back"),
 }

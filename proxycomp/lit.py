@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 import lightning as L
 import torch
 
-from proxycomp.configs import changed_fields
+from proxycomp.config_diff import changed_fields
 from proxycomp.losses import IGNORE_INDEX, LN2, batch_nats, byte_nats
 from proxycomp.model import ModelConfig, ModelConfigError, Transformer, flops_per_symbol
 from proxycomp.vocab import RAW_OFFSET, RAW_SIZE, Vocabulary

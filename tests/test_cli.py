@@ -551,15 +551,9 @@ def test_the_top_level_usage_describes_every_verb(capsys):
     (["fit", "--trainer.max_step", "5"], "--trainer.max_step"),
     (["generate", "--ckpt", "x.ckpt", "--prompt", "x", "--max_byte", "4"], "--max_byte"),
     (["eval-bpb", "--ckpt", "x.ckpt", "--dat", "src"], "--dat"),
+    (["rl-compare", "--out", "x", "--summarize"], "--summarize"),
 ])
 def test_abbreviated_flags_are_refused(argv, flag, capsys):
     rc, _, err = run(argv, capsys)
     assert_one_line_error(rc, err, argv[0], f"unrecognized arguments: {flag}")
 
-
-def test_abbreviated_tool_flags_are_refused(capsys):
-    from proxycomp.gym_bridge.rl import compare
-
-    with pytest.raises(SystemExit) as done:
-        compare.main(["--out", "x", "--summarize"])
-    assert done.value.code == 2 and "unrecognized arguments: --summarize" in capsys.readouterr().err

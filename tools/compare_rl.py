@@ -1,4 +1,4 @@
-"""Advantage estimators side by side at equal budget (proxycomp.gym_bridge.rl.compare).
+"""Advantage estimators side by side at equal budget: an alias of `proxycomp rl-compare`.
 
     python tools/compare_rl.py --config recipes/rl/h200_compare.yaml --ckpt RUN/checkpoints/last.ckpt \
         --out runs/rl_compare [--estimators trloo,grpo] [--parallel] [-- --steps 4 ...any rl override...]
@@ -7,7 +7,7 @@
 """
 import sys
 
-from proxycomp.gym_bridge.rl.compare import main
+from proxycomp.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["rl-compare", *sys.argv[1:]]))

@@ -146,7 +146,7 @@ def write_problem_copies(files: list[Path], shapes: dict[str | None, dict[str, i
 
 def copy_candidates(folder: Path, stems: list[str], dest: Path) -> tuple[dict[str, str], list[str]]:
     """The candidates of `folder` that name one of `stems`, copied into `dest`: ({candidate: problem}, skipped)."""
-    from proxycomp.gym_bridge.benchmark import problem_of  # here: KernelBench's worker process never imports ours
+    from proxycomp.gym_bridge.kernelbench import problem_of  # here: KernelBench's worker process never imports ours
 
     if not folder.is_dir():
         raise Refusal(f"--candidates {folder} is not a folder")

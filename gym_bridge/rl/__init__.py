@@ -14,7 +14,7 @@ from .episode import (
     next_prompt,
     stack_turns,
 )
-from .loss import AGGREGATIONS, PolicyLossConfig, PolicyLossOutput, policy_loss
+from .policy_loss import AGGREGATIONS, PolicyLossConfig, PolicyLossOutput, policy_loss
 from .mismatch import MismatchConfig, MismatchResult, correct_mismatch
 from .prs import PRSConfig, PRSResult, profiling_rejection
 from .returns import reward_to_go

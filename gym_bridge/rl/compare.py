@@ -26,7 +26,6 @@ evaluated.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import shutil
@@ -35,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+from proxycomp.command import command_parser
 from proxycomp.files import write_atomic
 
 STEP_COLUMNS = ("reward/mean", "correct/any", "fast@1.2/best")
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = command_parser("proxycomp rl-compare", __doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, help="the rl config every run shares (recipes/rl/*.yaml)")
     parser.add_argument("--ckpt", type=Path, help="the initial policy: a .ckpt written by proxycomp (fit, rl)")
     parser.add_argument("--out", type=Path, required=True, help="the comparison's folder: warm start, runs, summary")

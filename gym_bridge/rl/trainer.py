@@ -37,7 +37,7 @@ from ..result import mean_stages
 from ..tasks import Task
 from .advantages import get_estimator
 from .episode import Trajectory, Turn, stack_turns
-from .loss import PolicyLossConfig, policy_loss
+from .policy_loss import PolicyLossConfig, policy_loss
 from .mismatch import MismatchConfig, correct_mismatch
 from .prs import PRSConfig, band, profiling_rejection
 from .returns import reward_to_go

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from proxycomp.benchmarks import add_benchmarks_option, append_block
+from proxycomp.bench.record import add_benchmarks_option, append_block
 from proxycomp.data import CorpusConfig, MixingSchedule, TrainStream, load_corpus
 from proxycomp.defaults import SPM_VOCAB_SIZE
 from proxycomp.views import ViewConfig, train_spm

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from proxycomp.benchmarks import add_benchmarks_option, append_block
+from proxycomp.bench.record import add_benchmarks_option, append_block
 from proxycomp.kernels.attention import AttentionConfig, default_config, document_bounds, flash_attention
 from proxycomp.kernels.embedding import embedding_rmsnorm
 from proxycomp.kernels.reference import document_runs

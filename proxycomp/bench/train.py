@@ -59,7 +59,7 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 from proxycomp.bench.data import measure  # noqa: E402
-from proxycomp.benchmarks import add_benchmarks_option, append_block  # noqa: E402
+from proxycomp.bench.record import add_benchmarks_option, append_block  # noqa: E402
 from proxycomp.data import CorpusConfig, MixingSchedule, TrainStream, load_corpus  # noqa: E402
 from proxycomp.data.packing import collate, pack_window  # noqa: E402
 from proxycomp.defaults import GRAD_CLIP, SPM_VOCAB_SIZE, default_device, default_precision  # noqa: E402

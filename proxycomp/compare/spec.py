@@ -9,7 +9,7 @@ from typing import Any
 
 from proxycomp.compare.arms import MODEL_SIZES, SIZE_LR, CompareError
 from proxycomp.compare.budget import Budget
-from proxycomp.configs import changed_fields
+from proxycomp.config_diff import changed_fields
 from proxycomp.data.corpus import CorpusConfig
 from proxycomp.defaults import SPM_VOCAB_SIZE, default_stride
 

@@ -33,7 +33,7 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from proxycomp.configs import changed_fields
+from proxycomp.config_diff import changed_fields
 from proxycomp.data.corpus import Corpus, CorpusConfig, CorpusError, load_corpus
 from proxycomp.data.mixing import MixingSchedule, ScheduleError
 from proxycomp.data.packing import (

@@ -64,7 +64,7 @@ def test_gym_bench_prints_table_writes_results_and_records(tmp_path, monkeypatch
 
 
 def test_recorded_block_lands_at_the_end_of_the_gym_section():
-    from proxycomp.benchmarks import insert_in_section
+    from proxycomp.bench.record import insert_in_section
     from proxycomp.gym_bridge.cli import BENCH_HEADING
 
     text = f"# B\n\n## Data\nx\n\n{BENCH_HEADING}\n\n### old\n\n## Kernels\ny\n"

@@ -6,7 +6,7 @@ import pytest
 
 from gym_paths import HERE
 from proxycomp.cli import main as proxycomp
-from proxycomp.gym_bridge.benchmark import summary
+from proxycomp.gym_bridge.kernelbench import summary
 
 PROBLEMS = HERE / "kernelbench" / "problems"
 CANDIDATES = HERE / "kernelbench" / "candidates"
@@ -96,7 +96,7 @@ def test_a_candidate_names_the_longest_problem_stem(tmp_path):
     """KernelBench stems end in "_" (36_RMSNorm_) or hold "__" (50_conv_standard_2D__square_input__square_kernel,
     76_conv_standard_1D_dilated_strided__): a candidate is `<stem>.py` or `<stem>__<variant>.py` for the longest
     problem stem it fits."""
-    from proxycomp.gym_bridge.benchmark import pair_candidates, problem_of
+    from proxycomp.gym_bridge.kernelbench import pair_candidates, problem_of
     from proxycomp.gym_bridge.tasks import load_task_set
 
     conv, strided = "50_conv_standard_2D__square_input__square_kernel", "76_conv_standard_1D_dilated_strided__"

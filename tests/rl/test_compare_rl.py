@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from proxycomp.cli import main as proxycomp
+
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "rl" / "trloo_kernel_cpu.yaml"
 
@@ -71,10 +73,10 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
 
 
 def test_unknown_estimator_fails_before_any_run(compare_rl, tiny_ckpt, tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "o"),
-                         "--estimators", "trloo,ppo"])
-    assert "unknown ['ppo']" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    assert proxycomp(["rl-compare", "--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "o"),
+                      "--estimators", "trloo,ppo"]) == 2
+    assert "proxycomp rl-compare: error: --estimators: unknown ['ppo']" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_failed_warm_start_is_reported(compare_rl, tmp_path, capsys):
@@ -86,16 +88,16 @@ def test_a_failed_warm_start_is_reported(compare_rl, tmp_path, capsys):
 
 
 def test_a_config_typo_fails_before_any_run(compare_rl, tiny_ckpt, tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "o"),
-                         "--", "--stepz", "3"])
+    assert proxycomp(["rl-compare", "--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(tmp_path / "o"),
+                      "--", "--stepz", "3"]) == 2
     assert "stepz" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
 def test_a_bad_time_budget_fails_before_any_run(compare_rl, tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        compare_rl.main(["--config", str(RECIPE), "--ckpt", "x", "--out", str(tmp_path / "o"), "--max_time_s", "0"])
-    assert "--max_time_s: must be > 0" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    assert proxycomp(["rl-compare", "--config", str(RECIPE), "--ckpt", "x", "--out", str(tmp_path / "o"),
+                      "--max_time_s", "0"]) == 2
+    assert "proxycomp rl-compare: error: --max_time_s: must be > 0" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_wilson_interval_matches_known_values(compare_rl):
