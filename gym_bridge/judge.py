@@ -61,6 +61,7 @@ UNEXPLAINED_SHARE = 0.1  # device time in others' kernels with no compute op see
 HOST_COPY_SHARE = 0.25  # device time copying between host and device: above this share, the work went through the host
 HOST_COPIES = ("Memcpy HtoD", "Memcpy DtoH")  # the profiler's names for copies between host and device memory
 GLUE_KERNELS = ("Memset", "Memcpy DtoD", "FillFunctor", "copy_kernel")  # what glue ops (zeros, copy_, ...) launch
+STARTUP_S = 120.0  # for a candidate process to start (fork, namespaces, device, profiler), before its own clock
 
 
 class CandidateGone(Exception):
@@ -280,6 +281,7 @@ class Judge:
             torch.cuda.set_per_process_memory_fraction(self.gpu_share / 2)
         self.triton_base = self._warm_up() if self.device == "cuda" else None
         self.tasks: dict[str, ModuleType] = {}
+        self.spare: tuple[dict, CandidateProcess] | None = None  # the next job's process, started in advance
         self.flush: torch.Tensor | None = None
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references are true fp32
         torch.backends.cudnn.allow_tf32 = False
@@ -311,7 +313,7 @@ class Judge:
         try:
             task = self._task(job.task_source)
             with self._turn(cfg, exclusive=True) if job.alone else _no_lock():
-                cand = self._spawn(cfg, job.alone)
+                cand = self._candidate(cfg, job.alone)
                 _lap(res, "spawn", started)
                 res.containment = cand.layers
                 self._judge(task, job, cand, res)
@@ -331,6 +333,11 @@ class Judge:
             torch.cuda.empty_cache()
         return finish(res, cfg.weights)
 
+    def close(self) -> None:
+        if self.spare is not None:
+            self.spare[1].close()
+            self.spare = None
+
     def _task(self, source: str) -> ModuleType:
         """The task module (cached by source): the reference's code, trusted like the gym's own."""
         if source not in self.tasks:
@@ -342,7 +349,34 @@ class Judge:
             self.tasks[source] = module
         return self.tasks[source]
 
-    def _spawn(self, cfg: EvalConfig, alone: bool) -> CandidateProcess:
+    def _candidate(self, cfg: EvalConfig, alone: bool) -> CandidateProcess:
+        """A fresh candidate process for this job: the spare forked during the last job when it was made for the same
+        settings and started, else a new one; then the next job's spare is forked, to start (CUDA, the profiler)
+        while this one is judged. A spare that failed to start is the gym's loss, never the candidate's."""
+        request = self._request(cfg, alone)
+        spare, self.spare = self.spare, None
+        cand = None
+        if spare is not None:
+            if spare[0] == request:
+                with contextlib.suppress(CandidateGone, TimeoutError):
+                    cand = self._started(spare[1], cfg)
+            if cand is None:
+                spare[1].close()
+        if cand is None:
+            cand = self._started(self._fork(request, cfg), cfg)
+        if not alone:  # a job alone holds the GPU: the next spare's start waits for it, so fork it after
+            self.spare = (request, self._fork(request, cfg))
+        return cand
+
+    def _request(self, cfg: EvalConfig, alone: bool) -> dict:
+        """What a candidate process is started with, but its folder."""
+        return {"env": self.env, "device": self.device, "memory_mb": cfg.memory_limit_mb, "cpu_s": cfg.cpu_limit_s,
+                "extra_allowed_ops": list(cfg.extra_allowed_ops), "triton_base": self.triton_base,
+                "timing_lock": self.lock.path if self.lock else None,
+                "gpu_fraction": 0.9 if alone else self.gpu_share / 2}
+
+    def _fork(self, request: dict, cfg: EvalConfig) -> CandidateProcess:
+        """Ask the zygote for a candidate process (it starts on its own; `_started` waits for it)."""
         workdir = tempfile.mkdtemp(prefix="candidate-", dir=self.root)
         output = os.open(os.path.join(workdir, "output.log"), os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
                          0o600)
@@ -351,26 +385,31 @@ class Judge:
         lifeline_r, lifeline_w = os.pipe()
         report_r, report_w = os.pipe()
         fcntl.fcntl(report_w, fcntl.F_SETFL, os.O_NONBLOCK)  # a full pipe ends the candidate, never blocks it
-        request = {"workdir": workdir, "env": {**self.env, "TRITON_CACHE_DIR": os.path.join(workdir, "triton_cache"),
-                                               "HOME": workdir, "TMPDIR": workdir},
-                   "device": self.device, "memory_mb": cfg.memory_limit_mb, "cpu_s": cfg.cpu_limit_s,
-                   "extra_allowed_ops": list(cfg.extra_allowed_ops), "triton_base": self.triton_base,
-                   "gpu_fraction": 0.9 if alone else self.gpu_share / 2}
+        own = {"TRITON_CACHE_DIR": os.path.join(workdir, "triton_cache"), "HOME": workdir, "TMPDIR": workdir}
         try:
-            socket.send_fds(self.zygote, [json.dumps(request).encode()],
+            socket.send_fds(self.zygote, [json.dumps({**request, "workdir": workdir,
+                                                      "env": {**request["env"], **own}}).encode()],
                             [theirs.fileno(), status_w, lifeline_r, report_w])
         finally:
             theirs.close()
             for fd in (status_w, lifeline_r, report_w):
                 os.close(fd)
-        cand = CandidateProcess(mine, status_r, lifeline_w, report_r, workdir,
-                                deadline=time.monotonic() + cfg.timeout_s, output=output)
-        started = cand.status_message(60.0)
-        if started is None:
+        return CandidateProcess(mine, status_r, lifeline_w, report_r, workdir,
+                                deadline=time.monotonic() + STARTUP_S, output=output)
+
+    def _started(self, cand: CandidateProcess, cfg: EvalConfig) -> CandidateProcess:
+        """Wait until `cand` is ready; its candidate's clock starts now."""
+        try:
+            if not cand.pid:
+                started = cand.status_message(max(0.0, cand.deadline - time.monotonic()))
+                if started is None:
+                    raise TimeoutError(f"the zygote did not fork a candidate process within {STARTUP_S:g} s")
+                cand.pid = started["pid"]
+                cand.layers = self._ready(cand).get("layers", [])
+        except BaseException:
             cand.close()
-            raise TimeoutError("the zygote did not fork a candidate process within 60 s")
-        cand.pid = started["pid"]
-        cand.layers = self._ready(cand).get("layers", [])
+            raise
+        cand.deadline = time.monotonic() + cfg.timeout_s
         return cand
 
     @staticmethod
@@ -409,6 +448,7 @@ class Judge:
         def share():  # the time spent waiting for the GPU is not the candidate's
             with phase(False) as waited:
                 cand.extend(waited)
+                res.stage_s["share_wait"] = round(res.stage_s.get("share_wait", 0.0) + waited, 4)
                 yield
 
         if not self._check(task, job, cand, res, ref, init_seed, input_seed, baseline_threads, share):
@@ -712,6 +752,7 @@ def serve(pool: socket.socket, zygote: socket.socket, config: dict) -> None:
         try:
             msg, fds = wire.recv(pool, deadline=float("inf"))
         except wire.WireError:
+            judge.close()
             return
         wire.close(fds)
         nonce = msg.pop("nonce", None)

@@ -48,6 +48,10 @@ class DeviceLock:
                     raise TimeoutError(f"the GPU timing lock {self.path} stayed taken for {timeout_s:g} s") from None
                 _sleep(0.005)
 
+    def close(self) -> None:
+        os.close(self.fd)
+        os.close(self.gate)
+
     @contextlib.contextmanager
     def hold(self, timeout_s: float) -> Iterator[float]:
         """Yields the seconds spent waiting; TimeoutError when the lock stays taken for `timeout_s`."""

@@ -14,6 +14,7 @@ every descriptor but its own before anything else runs.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -75,7 +76,8 @@ def _run_candidate(req: dict, sock_fd: int, report_fd: int) -> None:
     torch.backends.cudnn.allow_tf32 = False
     if cuda:
         torch.cuda.set_per_process_memory_fraction(req["gpu_fraction"])
-    _warm_up(cuda)  # before containment: the profiler and the driver start their threads now
+    with _shared_turn(req.get("timing_lock")):  # a spare starts while other candidates are timed: not beside them
+        _warm_up(cuda)  # before containment: the profiler and the driver start their threads now
     roots, devices = containment.read_only_roots(), containment.device_files()  # read while they can be
     layers = containment.contain(workdir, roots, devices, memory_mb=req["memory_mb"], cuda=cuda, cpu_s=req["cpu_s"])
     report = containment.reporter(report_fd)
@@ -87,6 +89,22 @@ def _run_candidate(req: dict, sock_fd: int, report_fd: int) -> None:
                                    (GYM_PACKAGE,), report)
     candidate.serve(socket.socket(fileno=sock_fd), workdir, req["device"], tuple(req["extra_allowed_ops"]),
                     containment.reporter(report_fd), layers + req["layers"], harness)
+
+
+@contextlib.contextmanager
+def _shared_turn(path: str | None):
+    """The GPU's timing lock held shared (timing.DeviceLock), closed after: the candidate keeps no descriptor of it."""
+    if path is None:
+        yield
+        return
+    from .timing import DeviceLock
+
+    lock = DeviceLock(path)
+    try:
+        with lock.share():
+            yield
+    finally:
+        lock.close()
 
 
 def _warm_up(cuda: bool) -> None:
