@@ -65,9 +65,13 @@ OUTPUTS_MARK = "gym:outputs"  # the profiler range in which the harness detaches
 class Session:
     """What one candidate process holds: its device, instruments, the loaded model and the timing buffers."""
 
-    def __init__(self, workdir: str, device: str, extra_allowed_ops: tuple[str, ...], report) -> None:
-        self.workdir, self.device, self.report = workdir, device, report
+    def __init__(self, sock: socket.socket, workdir: str, device: str, extra_allowed_ops: tuple[str, ...],
+                 report) -> None:
+        self.sock, self.workdir, self.device, self.report = sock, workdir, device, report
         self.recorder = LaunchRecorder().install()
+        self.handed_back = False
+        if device == "cuda":
+            _compile_without_the_gpu(self)
         self.extra_allowed_ops = extra_allowed_ops
         self.model: Any = None
         self.task: Any = None
@@ -89,6 +93,51 @@ class Session:
         """Report what changed in the process since the snapshot (each difference once)."""
         for code in self.changes():
             self.report(code)
+
+    def hand_back(self) -> None:
+        """Give the judge's shared hold on the GPU back (judge.Turn) once this process's queued kernels have finished:
+        what follows runs on the host (a compile) or in the copy engine (outputs into the reply), beside nobody's
+        timing. A no-op where the judge holds nothing to give back (an exclusive phase, a CPU gym)."""
+        if not self.handed_back:
+            self.synchronize()
+            self.handed_back = True
+            wire.send(self.sock, {"turn": "release"})
+
+    @contextlib.contextmanager
+    def compiling(self):
+        """Triton compiles on the host: the hold goes back meanwhile, and is taken again before anything launches."""
+        if self.handed_back:
+            yield
+            return
+        self.hand_back()
+        try:
+            yield
+        finally:
+            wire.send(self.sock, {"turn": "take"})
+            wire.close(wire.recv(self.sock, deadline=float("inf"))[1])  # {"turn": "go"}: the judge holds it again
+            self.handed_back = False
+
+
+def _compile_without_the_gpu(session: Session) -> None:
+    """Wrap Triton's two host-side builds, the kernel's compile and its launcher's (CompiledKernel's handles, built at
+    its first launch), in `session.compiling`."""
+    import triton.compiler
+    from triton.compiler import compiler
+
+    build, handles = compiler.compile, compiler.CompiledKernel._init_handles
+
+    def compile_(*args, **kwargs):
+        with session.compiling():
+            return build(*args, **kwargs)
+
+    def init_handles(kernel):
+        if kernel.module is not None:  # built already: every launch asks
+            return handles(kernel)
+        with session.compiling():
+            return handles(kernel)
+
+    triton.compiler.compile = compiler.compile = compile_
+    compiler.CompiledKernel._init_handles = init_handles
 
 
 def _error(stage: str, exc: BaseException) -> dict:
@@ -220,6 +269,7 @@ def _call(session: Session, msg: dict, fds: list[int]) -> dict:
         **_summarize(prof, session.recorder.names),
     }
     if all(type(o) is torch.Tensor for o in outputs):
+        session.hand_back()  # copying the outputs out computes nothing
         reply.update(_outputs(session, outputs, fds[0] if fds else None))
     return reply
 
@@ -311,7 +361,7 @@ def serve(sock: socket.socket, workdir: str, device: str, extra_allowed_ops: tup
     reported by the monitor's exit status. `layers`: the containment in force, for the verdict; `snapshot_of`: the
     harness modules the snapshot watches."""
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    session = Session(workdir, device, extra_allowed_ops, report)
+    session = Session(sock, workdir, device, extra_allowed_ops, report)
     session.changes = Snapshot(snapshot_of).changes  # a bound method: a patch on the class later misses it
     wire.send(sock, {"ready": True, "layers": layers})
     while True:
@@ -320,6 +370,7 @@ def serve(sock: socket.socket, workdir: str, device: str, extra_allowed_ops: tup
         except wire.WireError:
             return
         op = msg.get("op")
+        session.handed_back = False  # each request starts under whatever hold the judge took for it
         try:
             handler = HANDLERS.get(op)
             reply = handler(session, msg, fds) if handler else {"error": f"unknown op {op!r}"}

@@ -210,7 +210,7 @@ def _cmd_bench(args, argv: list[str]) -> int:
     line = summary_line(stats)
     if results:
         line += (f"; wall {wall:.1f} s for {len(results)} candidates: {wall / len(results):.2f} s per candidate, "
-                 f"{60 * len(results) / wall:.1f} candidates/min{steady_rate(finished_at, workers)}; "
+                 f"{60 * len(results) / wall:.1f} candidates/min{steady_rate(started, finished_at, workers)}; "
                  f"judge seconds per candidate: {stage_means(results)}")
     print(json.dumps(rows, indent=1) if args.json else f"{text}\n{line}")
     if args.json:
@@ -220,13 +220,15 @@ def _cmd_bench(args, argv: list[str]) -> int:
     return 0 if all(r["correct"] for r in rows) else 1
 
 
-def steady_rate(finished_at: list[float], workers: int) -> str:
-    """The rate once every worker has finished its first candidate (which pays for starting its judge process): what
-    a long-lived pool, as RL keeps one, sustains."""
+def steady_rate(started: float, finished_at: list[float], workers: int) -> str:
+    """The first result's delay (the pool's start: the fork server's imports, each judge's device and Triton, the
+    first candidate process) and the rate once every worker has finished its first candidate: what a long-lived
+    pool, as RL keeps one, sustains."""
     if len(finished_at) <= 2 * workers:
         return ""
     span = finished_at[-1] - finished_at[workers - 1]
-    return f" ({60 * (len(finished_at) - workers) / span:.1f}/min after each worker's first)" if span > 0 else ""
+    steady = f"{60 * (len(finished_at) - workers) / span:.1f}/min after each worker's first, " if span > 0 else ""
+    return f" ({steady}first result after {finished_at[0] - started:.1f} s)"
 
 
 def stage_means(results: list[EvalResult]) -> str:

@@ -61,6 +61,7 @@ UNEXPLAINED_SHARE = 0.1  # device time in others' kernels with no compute op see
 HOST_COPY_SHARE = 0.25  # device time copying between host and device: above this share, the work went through the host
 HOST_COPIES = ("Memcpy HtoD", "Memcpy DtoH")  # the profiler's names for copies between host and device memory
 GLUE_KERNELS = ("Memset", "Memcpy DtoD", "FillFunctor", "copy_kernel")  # what glue ops (zeros, copy_, ...) launch
+MAX_TURNS = 1000  # turn messages in one request (each compile hands the GPU back once)
 STARTUP_S = 120.0  # for a candidate process to start (fork, namespaces, device, profiler), before its own clock
 
 
@@ -70,6 +71,26 @@ class CandidateGone(Exception):
     def __init__(self, status: str, message: str, exit_code: int | None = None) -> None:
         super().__init__(message)
         self.status, self.exit_code = status, exit_code
+
+
+class Turn:
+    """A request's shared hold on the GPU's timing lock, which the candidate process hands back while Triton compiles
+    on the host and takes again before it launches (turn messages, candidate.Session.compiling): a compile of a
+    second keeps no timing of another slot waiting. A process that lies about it only lets other candidates' GPU
+    work run beside its own request, which nobody times. `waited(seconds)` is told each wait."""
+
+    def __init__(self, lock: DeviceLock, waited) -> None:
+        self.lock, self.waited, self.held = lock, waited, False
+
+    def take(self) -> None:
+        if not self.held:
+            self.waited(self.lock.take_shared())
+            self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.lock.release()
+            self.held = False
 
 
 @dataclass
@@ -85,6 +106,7 @@ class CandidateProcess:
     deadline: float
     output: int = -1  # the judge's own descriptor of output.log: a file the candidate swaps or links is not read
     pid: int = 0
+    turn: Turn | None = None  # the current request's shared hold on the GPU, which the process may hand back
     layers: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     _status_buf: bytes = b""
@@ -92,12 +114,22 @@ class CandidateProcess:
 
     def ask(self, msg: dict, reply_bytes: int = 0) -> tuple[dict, int | None]:
         """Send a request (with a reply buffer of `reply_bytes` when the answer holds tensors); the reply and that
-        buffer. CandidateGone when the process does not answer in time."""
+        buffer. Turn messages before the reply hand the request's shared hold on the GPU back and take it again
+        (`Turn`). CandidateGone when the process does not answer in time."""
         reply_fd = wire.reply_buffer(reply_bytes) if reply_bytes else None
         try:
             wire.send(self.sock, msg, [reply_fd] if reply_fd is not None else [])
-            reply, extra = wire.recv(self.sock, self.deadline)
-            wire.close(extra)
+            for _ in range(MAX_TURNS + 1):
+                reply, extra = wire.recv(self.sock, self.deadline)
+                wire.close(extra)
+                if reply.keys() != {"turn"} or reply["turn"] not in ("release", "take"):
+                    break
+                if self.turn is not None:
+                    self.turn.release() if reply["turn"] == "release" else self.turn.take()
+                if reply["turn"] == "take":
+                    wire.send(self.sock, {"turn": "go"})
+            else:
+                raise wire.WireError(f"not a message (more than {MAX_TURNS} turn messages in one request)")
         except (wire.WireError, OSError) as err:
             wire.close([reply_fd])
             raise self._gone(str(err)) from None
@@ -312,7 +344,7 @@ class Judge:
         cand = None
         try:
             task = self._task(job.task_source)
-            with self._turn(cfg, exclusive=True) if job.alone else _no_lock():
+            with self._hold(cfg) if job.alone else _no_lock():
                 cand = self._candidate(cfg, job.alone)
                 _lap(res, "spawn", started)
                 res.containment = cand.layers
@@ -423,12 +455,10 @@ class Judge:
             raise CandidateGone("error", "the candidate process did not start")
         return msg
 
-    def _turn(self, cfg: EvalConfig, exclusive: bool):
-        """The GPU's lock: shared by each request of loading, checking and staging (others may do the same),
-        exclusive while timing and profiling, and for a retry that must run alone (yielding the seconds waited)."""
-        if self.lock is None:
-            return _no_lock()
-        return self.lock.hold(timeout_s=cfg.timeout_s) if exclusive else self.lock.share()
+    def _hold(self, cfg: EvalConfig):
+        """The GPU's lock held exclusively (timing and profiling, or a retry that must run alone), yielding the
+        seconds waited; shared holds are per request (`Turn`)."""
+        return self.lock.hold(timeout_s=cfg.timeout_s) if self.lock is not None else _no_lock()
 
     def _judge(self, task: ModuleType, job: Job, cand: CandidateProcess, res: EvalResult) -> None:
         cfg, dev = job.config, self.device
@@ -441,15 +471,22 @@ class Judge:
         ref = task.Model(*init).to(dev).eval()
         baseline_threads = cand.threads()
 
-        def phase(exclusive: bool):  # a job that runs alone already holds the GPU for all of them
-            return _no_lock() if job.alone else self._turn(cfg, exclusive)
+        def note_wait(seconds: float) -> None:  # the time spent waiting for the GPU is not the candidate's
+            cand.extend(seconds)
+            res.stage_s["share_wait"] = round(res.stage_s.get("share_wait", 0.0) + seconds, 4)
 
         @contextlib.contextmanager
-        def share():  # the time spent waiting for the GPU is not the candidate's
-            with phase(False) as waited:
-                cand.extend(waited)
-                res.stage_s["share_wait"] = round(res.stage_s.get("share_wait", 0.0) + waited, 4)
+        def share():  # one request's shared hold, which the process hands back while it compiles
+            if job.alone or self.lock is None:
                 yield
+                return
+            cand.turn = Turn(self.lock, note_wait)
+            try:
+                cand.turn.take()
+                yield
+            finally:
+                cand.turn.release()
+                cand.turn = None
 
         if not self._check(task, job, cand, res, ref, init_seed, input_seed, baseline_threads, share):
             return
@@ -458,7 +495,7 @@ class Judge:
         lap = _lap(res, "check", lap)
         if bench is None:
             return
-        with phase(True) as waited:
+        with _no_lock() if job.alone else self._hold(cfg) as waited:  # alone: held since the start
             cand.extend(waited)
             res.stage_s["lock_wait"] = round(waited, 4)
             bench.measure(res)
@@ -466,8 +503,8 @@ class Judge:
 
     def _check(self, task: ModuleType, job: Job, cand: CandidateProcess, res: EvalResult, ref: Any,
                init_seed: int, input_seed: int, baseline_threads: int | None, share) -> bool:
-        """Load and correctness, each request under the shared lock of its own (a timing that waits takes its turn
-        between them); True when the candidate is correct so far."""
+        """Load and correctness, each request under a shared hold of its own (a timing that waits takes its turn
+        between them, and while the candidate compiles); True when the candidate is correct so far."""
         cfg, size = job.config, job.config.size
         lap = clock()
         with share():
@@ -536,12 +573,14 @@ class Judge:
         try:
             if "error" in reply or "outputs" not in reply:
                 return reply, None
-            try:
+            try:  # with the hold given back while the outputs were copied out, copied in likewise
                 return reply, wire.decode(reply["outputs"], fd, budget, self.device)
             except wire.WireError as err:
                 return {**reply, "mismatch": f"unusable outputs ({err})"}, None
         finally:
             wire.close([fd])
+            if cand.turn is not None:
+                cand.turn.take()  # the comparison computes on the GPU
 
     @staticmethod
     def _observe(reply: dict, grad: bool, cfg: EvalConfig, res: EvalResult) -> None:

@@ -70,16 +70,24 @@ class DeviceLock:
     def share(self) -> Iterator[float]:
         """Shared hold, waiting as long as a timing takes, and behind a timing that waits (yields the seconds
         waited); not re-entrant (a nested exit would release it)."""
+        waited = self.take_shared()
+        try:
+            yield waited
+        finally:
+            self.release()
+
+    def take_shared(self) -> float:
+        """`share` without the context, for a hold handed back and taken again (judge.Turn): the seconds waited."""
         started = clock()
         fcntl.flock(self.gate, fcntl.LOCK_SH)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_SH)
         finally:
             fcntl.flock(self.gate, fcntl.LOCK_UN)
-        try:
-            yield clock() - started
-        finally:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        return clock() - started
+
+    def release(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
 
 
 def draw_inputs(task: ModuleType, size: str, seed: int, device: str, which: str = "get_inputs") -> list:

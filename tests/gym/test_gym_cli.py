@@ -75,8 +75,8 @@ def test_recorded_block_lands_at_the_end_of_the_gym_section():
 
 def test_the_steady_rate_leaves_out_each_workers_first_candidate():
     finished = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0]  # two workers: their first results pay for starting the judges
-    assert steady_rate(finished, 2) == " (60.0/min after each worker's first)"
-    assert steady_rate(finished[:4], 2) == ""  # too few after the first ones to say
+    assert steady_rate(2.5, finished, 2) == " (60.0/min after each worker's first, first result after 7.5 s)"
+    assert steady_rate(2.5, finished[:4], 2) == ""  # too few after the first ones to say
 
 
 @pytest.mark.slow

@@ -114,3 +114,112 @@ def test_a_waiting_timing_goes_before_sharers_that_keep_overlapping(tmp_path):
         os.write(stop_w, b"x")
         for pid in pids:
             os.waitpid(pid, 0)
+
+
+def _judge_side(tmp_path, lock: DeviceLock):
+    """A judge's handle on a candidate process whose socket end the test plays, asking under a `Turn` of `lock`."""
+    from proxycomp.gym_bridge import wire
+    from proxycomp.gym_bridge.judge import CandidateProcess, Turn
+
+    mine, theirs = wire.pair()
+    pipes = [os.pipe() for _ in range(3)]
+    cand = CandidateProcess(mine, pipes[0][0], pipes[1][1], pipes[2][0], str(tmp_path),
+                            deadline=time.monotonic() + 10)
+    waits: list[float] = []
+    cand.turn = Turn(lock, waits.append)
+    cand.turn.take()
+    os.write(pipes[0][1], b'{"exit": 1}\n')  # what the monitor says once the process is gone
+    return cand, theirs, waits
+
+
+def test_a_request_hands_its_shared_hold_back_while_the_candidate_compiles(tmp_path):
+    """A compile under a shared hold would keep another slot's timing waiting for seconds: the candidate process hands
+    the hold back (turn messages) and takes it again before it launches; the judge answers 'go' once it holds it."""
+    import threading
+
+    from proxycomp.gym_bridge import wire
+
+    path = str(tmp_path / "gpu0.lock")
+    cand, theirs, waits = _judge_side(tmp_path, DeviceLock(path))
+    other = DeviceLock(path)
+    seen: list[str] = []
+
+    def candidate():
+        wire.recv(theirs, time.monotonic() + 5)  # the request
+        wire.send(theirs, {"turn": "release"})
+        time.sleep(0.2)  # compiling
+        wire.send(theirs, {"turn": "take"})
+        seen.append(wire.recv(theirs, time.monotonic() + 5)[0]["turn"])
+        wire.send(theirs, {"ok": True})
+
+    worker = threading.Thread(target=candidate)
+    worker.start()
+    time.sleep(0.05)
+    with pytest.raises(TimeoutError):  # before the release, the request's hold keeps a timing out
+        with other.hold(timeout_s=0.02):
+            pass
+    reply = {}
+    asker = threading.Thread(target=lambda: reply.update(cand.ask({"op": "call"})[0]))
+    asker.start()
+    time.sleep(0.05)
+    with other.hold(timeout_s=1.0):  # while it compiles, a timing gets the GPU
+        time.sleep(0.3)  # and the candidate's take waits for it
+    asker.join(5)
+    worker.join(5)
+    assert reply == {"ok": True} and seen == ["go"]
+    assert cand.turn.held and len(waits) == 2 and waits[1] > 0.05
+    with pytest.raises(TimeoutError):  # held again until the request ends
+        with other.hold(timeout_s=0.02):
+            pass
+    cand.turn.release()
+
+
+def test_turn_messages_are_bounded_and_answered_without_a_hold(tmp_path):
+    import threading
+
+    from proxycomp.gym_bridge import judge, wire
+
+    cand, theirs, _ = _judge_side(tmp_path, DeviceLock(str(tmp_path / "gpu0.lock")))
+    cand.turn.release()
+    cand.turn = None  # an exclusive phase: nothing to hand back, a take is answered at once
+    wire.send(theirs, {"turn": "take"})
+    wire.send(theirs, {"turn": "noise"})  # not a turn message: the reply, however malformed
+    assert cand.ask({"op": "trial"})[0] == {"turn": "noise"}
+    assert wire.recv(theirs, time.monotonic() + 1)[0] == {"op": "trial"}
+    assert wire.recv(theirs, time.monotonic() + 1)[0] == {"turn": "go"}
+    spam = threading.Thread(target=lambda: [wire.send(theirs, {"turn": "release"}) for _ in range(judge.MAX_TURNS + 1)])
+    spam.start()
+    with pytest.raises(judge.CandidateGone, match="turn messages"):
+        cand.ask({"op": "call"})
+    spam.join(5)
+
+
+def test_the_candidate_hands_the_gpu_back_around_tritons_builds(tmp_path, monkeypatch):
+    """candidate.py wraps the kernel compile and the launcher build (a kernel's first launch), not every launch."""
+    import socket
+
+    from triton.compiler import compiler
+
+    from proxycomp.gym_bridge import candidate, wire
+
+    calls: list[str] = []
+    monkeypatch.setattr(compiler, "compile", lambda *a, **k: calls.append("compile") or "kernel")
+    monkeypatch.setattr(compiler.CompiledKernel, "_init_handles", lambda kernel: calls.append("handles"))
+    import triton.compiler
+
+    monkeypatch.setattr(triton.compiler, "compile", compiler.compile)
+    mine, theirs = wire.pair()
+    session = candidate.Session.__new__(candidate.Session)  # only what compiling() uses: no launch recorder here
+    session.sock, session.handed_back, session.synchronize = mine, False, lambda: None
+    candidate._compile_without_the_gpu(session)
+    for _ in range(2):  # the judge's side: a 'go' for each take
+        wire.send(theirs, {"turn": "go"})
+    assert triton.compiler.compile() == "kernel"
+    built, fresh = type("K", (), {"module": object()})(), type("K", (), {"module": None})()
+    compiler.CompiledKernel._init_handles(built)  # handles built already: no message
+    compiler.CompiledKernel._init_handles(fresh)
+    assert calls == ["compile", "handles", "handles"]
+    turns = [wire.recv(theirs, time.monotonic() + 1)[0]["turn"] for _ in range(4)]
+    assert turns == ["release", "take", "release", "take"]
+    assert not select.select([theirs], [], [], 0.05)[0]  # nothing for the launch of a built kernel
+    socket.socket.close(theirs)
