@@ -457,7 +457,7 @@ class Judge:
 
     def _hold(self, cfg: EvalConfig):
         """The GPU's lock held exclusively (timing and profiling, or a retry that must run alone), yielding the
-        seconds waited; shared holds are per request (`Turn`)."""
+        seconds waited; the check's hold is shared (`_share`)."""
         return self.lock.hold(timeout_s=cfg.timeout_s) if self.lock is not None else _no_lock()
 
     def _judge(self, task: ModuleType, job: Job, cand: CandidateProcess, res: EvalResult) -> None:
@@ -466,31 +466,18 @@ class Judge:
         init_seed, input_seed = ((fixed, fixed + 1) if fixed is not None
                                  else (secrets.randbits(31), secrets.randbits(31)))
         lap = clock()
-        init = draw_inputs(task, cfg.size, init_seed, dev, "get_init_inputs")
-        torch.manual_seed(init_seed)
-        ref = task.Model(*init).to(dev).eval()
         baseline_threads = cand.threads()
 
         def note_wait(seconds: float) -> None:  # the time spent waiting for the GPU is not the candidate's
             cand.extend(seconds)
             res.stage_s["share_wait"] = round(res.stage_s.get("share_wait", 0.0) + seconds, 4)
 
-        @contextlib.contextmanager
-        def share():  # one request's shared hold, which the process hands back while it compiles
-            if job.alone or self.lock is None:
-                yield
+        with self._share(cand, note_wait, job.alone):
+            init = draw_inputs(task, cfg.size, init_seed, dev, "get_init_inputs")
+            torch.manual_seed(init_seed)
+            ref = task.Model(*init).to(dev).eval()
+            if not self._check(task, job, cand, res, ref, init_seed, input_seed, baseline_threads):
                 return
-            cand.turn = Turn(self.lock, note_wait)
-            try:
-                cand.turn.take()
-                yield
-            finally:
-                cand.turn.release()
-                cand.turn = None
-
-        if not self._check(task, job, cand, res, ref, init_seed, input_seed, baseline_threads, share):
-            return
-        with share():
             bench = Bench(self, task, job, cand, ref, input_seed) if dev == "cuda" else None
         lap = _lap(res, "check", lap)
         if bench is None:
@@ -501,24 +488,36 @@ class Judge:
             bench.measure(res)
         _lap(res, "time", lap)
 
+    @contextlib.contextmanager
+    def _share(self, cand: CandidateProcess, note_wait, alone: bool):
+        """The check's shared hold on the GPU (load, correctness calls, staging), which goes back while the candidate
+        process compiles and while each call's outputs are copied out and in (`Turn`): a timing of another slot
+        waits for a stretch of GPU work, never for a compile or a copy."""
+        if alone or self.lock is None:  # a job alone holds the GPU already
+            yield
+            return
+        cand.turn = Turn(self.lock, note_wait)
+        try:
+            cand.turn.take()
+            yield
+        finally:
+            cand.turn.release()
+            cand.turn = None
+
     def _check(self, task: ModuleType, job: Job, cand: CandidateProcess, res: EvalResult, ref: Any,
-               init_seed: int, input_seed: int, baseline_threads: int | None, share) -> bool:
-        """Load and correctness, each request under a shared hold of its own (a timing that waits takes its turn
-        between them, and while the candidate compiles); True when the candidate is correct so far."""
+               init_seed: int, input_seed: int, baseline_threads: int | None) -> bool:
+        """Load and correctness; True when the candidate is correct so far."""
         cfg, size = job.config, job.config.size
         lap = clock()
-        with share():
-            reply, _ = cand.ask({"op": "load", "code": job.code, "task_source": job.task_source, "size": size,
-                                 "init_seed": init_seed})
+        reply, _ = cand.ask({"op": "load", "code": job.code, "task_source": job.task_source, "size": size,
+                             "init_seed": init_seed})
         if "error" in reply:
             self._failed(reply, res)
             return False
         res.compiled = True
         _lap(res, "load", lap)
         for trial in range(cfg.correct_trials + 2):  # then the last call's tensors refilled, then grad mode
-            with share():
-                correct = self._correct_call(task, cfg, cand, res, ref, input_seed, trial)
-            if not correct:
+            if not self._correct_call(task, cfg, cand, res, ref, input_seed, trial):
                 return False
         threads = cand.threads()
         if baseline_threads and threads and threads > baseline_threads:
@@ -690,7 +689,9 @@ class Bench:
         kernel_ms, ref_ms, iqr, check = timed
         res.timing_available, res.kernel_ms, res.ref_ms, res.kernel_iqr_ms = True, kernel_ms, ref_ms, iqr
         res.speedup, res.timing_check = ref_ms / kernel_ms, check
+        profiled = clock()
         res.coverage = self._coverage(res)
+        _lap(res, "profile", profiled)
         if cfg.compile_reference:
             compiled = torch.compile(self.ref)
             res.ref_compile_ms = statistics.median(
