@@ -81,16 +81,19 @@ class Turn:
 
     def __init__(self, lock: DeviceLock, waited) -> None:
         self.lock, self.waited, self.held = lock, waited, False
+        self.since, self.held_s, self.longest_s = 0.0, 0.0, 0.0  # how long others' timings could wait for it
 
     def take(self) -> None:
         if not self.held:
             self.waited(self.lock.take_shared())
-            self.held = True
+            self.held, self.since = True, clock()
 
     def release(self) -> None:
         if self.held:
             self.lock.release()
             self.held = False
+            spell = clock() - self.since
+            self.held_s, self.longest_s = self.held_s + spell, max(self.longest_s, spell)
 
 
 @dataclass
@@ -472,7 +475,7 @@ class Judge:
             cand.extend(seconds)
             res.stage_s["share_wait"] = round(res.stage_s.get("share_wait", 0.0) + seconds, 4)
 
-        with self._share(cand, note_wait, job.alone):
+        with self._share(cand, note_wait, job.alone, res.stage_s):
             init = draw_inputs(task, cfg.size, init_seed, dev, "get_init_inputs")
             torch.manual_seed(init_seed)
             ref = task.Model(*init).to(dev).eval()
@@ -489,7 +492,7 @@ class Judge:
         _lap(res, "time", lap)
 
     @contextlib.contextmanager
-    def _share(self, cand: CandidateProcess, note_wait, alone: bool):
+    def _share(self, cand: CandidateProcess, note_wait, alone: bool, stages: dict):
         """The check's shared hold on the GPU (load, correctness calls, staging), which goes back while the candidate
         process compiles and while each call's outputs are copied out and in (`Turn`): a timing of another slot
         waits for a stretch of GPU work, never for a compile or a copy."""
@@ -501,8 +504,9 @@ class Judge:
             cand.turn.take()
             yield
         finally:
-            cand.turn.release()
-            cand.turn = None
+            turn, cand.turn = cand.turn, None
+            turn.release()
+            stages["share_held"], stages["share_longest"] = round(turn.held_s, 4), round(turn.longest_s, 4)
 
     def _check(self, task: ModuleType, job: Job, cand: CandidateProcess, res: EvalResult, ref: Any,
                init_seed: int, input_seed: int, baseline_threads: int | None) -> bool:
