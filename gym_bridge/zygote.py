@@ -76,8 +76,7 @@ def _run_candidate(req: dict, sock_fd: int, report_fd: int) -> None:
     torch.backends.cudnn.allow_tf32 = False
     if cuda:
         torch.cuda.set_per_process_memory_fraction(req["gpu_fraction"])
-    with _shared_turn(req.get("timing_lock")):  # a spare starts while other candidates are timed: not beside them
-        _warm_up(cuda)  # before containment: the profiler and the driver start their threads now
+    _warm_up(cuda, req.get("timing_lock"))  # before containment: the profiler and the driver start their threads now
     roots, devices = containment.read_only_roots(), containment.device_files()  # read while they can be
     layers = containment.contain(workdir, roots, devices, memory_mb=req["memory_mb"], cuda=cuda, cpu_s=req["cpu_s"])
     report = containment.reporter(report_fd)
@@ -107,9 +106,11 @@ def _shared_turn(path: str | None):
         lock.close()
 
 
-def _warm_up(cuda: bool) -> None:
+def _warm_up(cuda: bool, timing_lock: str | None) -> None:
     """Start the device, Triton's launcher and the profiler before the candidate: they start threads of their own,
-    which the seccomp filter would refuse later, and which the judge's thread count takes as the baseline."""
+    which the seccomp filter would refuse later, and which the judge's thread count takes as the baseline. A spare
+    process starts while other candidates are timed: its one launch waits for the GPU's shared hold, the seconds of
+    starting the driver and the profiler do not."""
     import torch
     import triton
     import triton.language as tl
@@ -120,12 +121,14 @@ def _warm_up(cuda: bool) -> None:
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         tl.store(ptr + offs, 1.0, mask=offs < n)
 
-    device = "cuda" if cuda else "cpu"
-    buf = torch.zeros(8, device=device)
+    buf = torch.empty(8, device="cuda" if cuda else "cpu")  # allocates, launches nothing
+    if cuda:
+        _fill.warmup(buf, 8, BLOCK=16, grid=(1,))  # compiled (Triton's cache holds it) and loaded, not launched
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])):
-        _fill[(1,)](buf, 8, BLOCK=16)
-        if cuda:
-            torch.cuda.synchronize()
+        with _shared_turn(timing_lock if cuda else None):
+            _fill[(1,)](buf, 8, BLOCK=16)
+            if cuda:
+                torch.cuda.synchronize()
 
 
 def _monitor(req: dict, sock_fd: int, status_w: int, lifeline_r: int, report_w: int) -> None:
