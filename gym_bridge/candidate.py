@@ -18,6 +18,9 @@ answers the judge's requests (wire.py):
     profile   a few calls on one input set under the profiler, each output detached as a trial's fingerprint does
               (work deferred to that moment shows here): the kernels, their device time, the ops
 
+While Triton compiles and while a call's outputs are copied into the reply, the process gives the judge's shared hold
+on the GPU back (turn messages before the reply, judge.Turn): the GPU is not this process's then.
+
 Every answer is a claim: the judge compares outputs and fingerprints with its own reference and times each trial on
 its own clock. What this process finds against the candidate (a refusal of the audit hook, a changed instrument, a
 hook left behind) leaves through an append-only pipe (containment.reporter), so nothing the candidate does later

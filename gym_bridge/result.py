@@ -50,7 +50,7 @@ class EvalResult:
     exit_code: int | None = None
     eval_s: float = 0.0  # the submit call's wall time divided by its batch size (overhead + measurement)
     attempts: int = 1  # > 1 only after an infrastructure retry
-    stage_s: dict = field(default_factory=dict)  # judge s: spawn, load, check, share_wait, share_held, lock_wait, time, ...:
+    stage_s: dict = field(default_factory=dict)  # judge s: spawn, load, check (share_wait, share_held), time, ...
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
