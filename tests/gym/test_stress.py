@@ -38,3 +38,39 @@ def test_100_candidates_20_percent_hostile_lose_nothing():
     assert not leaked
     assert sum(r.status == "timeout" for r in results) == HANGS
     print(f"100 candidates in {elapsed:.1f} s")
+
+
+def _candidate_processes(root: str) -> list[int]:
+    """PIDs of the candidate processes under a pool's folder (each runs in its own candidate-* folder)."""
+    import os
+
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except (OSError, ValueError):
+            continue
+        if cwd.startswith(root) and os.path.basename(cwd).startswith("candidate-"):
+            pids.append(int(entry))
+    return pids
+
+
+def test_the_next_candidate_process_starts_ahead_and_a_dead_or_mismatched_one_costs_nothing():
+    """Each judge forks the next job's process while it judges the current one; a spare that died before its job,
+    or was made for other settings, is replaced by a fresh process and the candidate loses nothing."""
+    import os
+    import signal
+
+    pool = LocalPool(num_workers=1)
+    config = EvalConfig(size="cpu", timeout_s=30, correct_trials=1)
+    with Evaluator(pool, config) as ev:
+        assert ev.submit([Candidate(task=RELU_TASK, code=HONEST_RELU, id="first")])[0].status == "ok"
+        deadline = time.monotonic() + 10
+        while len(spares := _candidate_processes(pool.workdir)) != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the judged process is being killed
+        assert len(spares) == 1, spares  # the next job's, started already
+        os.kill(spares[0], signal.SIGKILL)
+        assert ev.submit([Candidate(task=RELU_TASK, code=HONEST_RELU, id="after a dead spare")])[0].status == "ok"
+        ev.config = EvalConfig(size="cpu", timeout_s=30, correct_trials=1, memory_limit_mb=4096)
+        result = ev.submit([Candidate(task=RELU_TASK, code=HONEST_RELU, id="other settings")])[0]
+        assert result.status == "ok" and result.reward == 1.0
