@@ -120,7 +120,7 @@ def _parser():
     add_benchmarks_option(b, BENCHMARKS_PATH)
     sub.add_subcommand("bench", b, help="judge many candidates, report fast_p")
     g = command_parser("proxycomp gym generate", "Write a task family: tasks with a held-out split, solutions, "
-                       "broken variants (gym_bridge/task_family.py).")
+                       "broken variants (gym_bridge/family/).")
     g.add_argument("--out", required=True, help="folder to write: tasks/ (a task set with splits.json), solutions/, "
                    "broken/, corpus/ (train tasks with their solutions, for pretraining), family.json")
     g.add_argument("--n", type=int, default=4000, help="number of tasks, both splits")
@@ -250,7 +250,8 @@ def _record(path: os.PathLike, size: str, argv: list[str], table: str, summary: 
 
 
 def _cmd_generate(args) -> int:
-    from .task_family import generate_family, write_family
+    from .family.files import write_family
+    from .family.generate import generate_family
 
     started = time.monotonic()
     try:

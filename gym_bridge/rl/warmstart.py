@@ -39,14 +39,15 @@ from proxycomp.lit import ProxyLM
 
 from ..config import Candidate
 from ..evaluator import Evaluator
+from ..family.broken import BROKEN_KINDS as FAMILY_BROKEN_KINDS
+from ..family.files import read_broken
 from ..policy import ByteLMPolicy, Policy
-from .. import task_family
 from ..tasks import Task
 from .episode import DEFAULT_INSTRUCTIONS, Trajectory, Turn, first_prompt, next_prompt
 from .rollout import RolloutConfig
 
 CORRECT_KINDS = ("solution", "block", "num_warps")
-BROKEN_KINDS = tuple(dict.fromkeys(("dropped_mask", "wrong_offset", "wrong_op", *task_family.BROKEN_KINDS)))
+BROKEN_KINDS = tuple(dict.fromkeys(("dropped_mask", "wrong_offset", "wrong_op", *FAMILY_BROKEN_KINDS)))
 
 _BLOCK_CONST = re.compile(r"^(BLOCK\w*) = (\d+)$", re.M)
 _NUM_WARPS = re.compile(r"num_warps=(\d+)")
@@ -164,7 +165,7 @@ def task_variants(task: Task) -> list[Variant]:
     """A task's solution and its variants: a generated family's broken variants where the task has them, else the
     rewrite rules of :func:`code_variants` (unchecked: the gym decides)."""
     solution = _solution(task)
-    generated = task_family.read_broken(task.path)
+    generated = read_broken(task.path)
     if not generated:
         return code_variants(task.name, solution)
     return [Variant(task.name, "solution", solution, solution),

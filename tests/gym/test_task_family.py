@@ -13,7 +13,11 @@ import pytest
 from proxycomp.errors import UserError
 from proxycomp.gym_bridge import Candidate, EvalConfig, Evaluator, LocalPool
 from proxycomp.gym_bridge.cli import main as gym_main
-from proxycomp.gym_bridge.task_family import BROKEN_KINDS, OPS, SHIPPED, TEMPLATES, generate_family, read_broken
+from proxycomp.gym_bridge.family.broken import BROKEN_KINDS
+from proxycomp.gym_bridge.family.files import read_broken
+from proxycomp.gym_bridge.family.generate import generate_family
+from proxycomp.gym_bridge.family.ops import OPS, TEMPLATES
+from proxycomp.gym_bridge.family.sample import SHIPPED
 from proxycomp.gym_bridge.tasks import load_task_set
 
 N, SEED = 40, 0

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from proxycomp.gym_bridge.rl.cli import RLConfigError, main, parse_config
-from proxycomp.gym_bridge.task_family import generate_family, write_family
+from proxycomp.gym_bridge.family.files import write_family
+from proxycomp.gym_bridge.family.generate import generate_family
 from proxycomp.gym_bridge.tasks import list_tasks
 
 RECIPE = Path(__file__).parents[2] / "recipes" / "rl" / "trloo_kernel_cpu.yaml"

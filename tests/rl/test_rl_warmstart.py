@@ -153,7 +153,8 @@ def test_a_killed_warm_start_goes_on_from_its_partial_checkpoint(relu_corpus, tm
 
 
 def test_a_generated_family_gives_its_own_broken_variants_and_unjudged_solutions(tmp_path, cpu_gym):
-    from proxycomp.gym_bridge.task_family import generate_family, write_family
+    from proxycomp.gym_bridge.family.files import write_family
+    from proxycomp.gym_bridge.family.generate import generate_family
     from proxycomp.gym_bridge.tasks import load_task_set
 
     family = generate_family(6, seed=1, heldout_fraction=0.2)
