@@ -213,7 +213,7 @@ class ProxyCLI(LightningCLI):
         path = self.config_init.fit.get("init_from")
         if path:
             spm_model = init_weights(self.model, path)
-            if spm_model is not None and "spm" in self.datamodule.view_config.names:
+            if spm_model is not None and "spm" in self.datamodule.config.views.names:
                 self.datamodule.use_spm_model(spm_model)
 
     def before_validate(self) -> None:

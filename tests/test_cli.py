@@ -258,7 +258,7 @@ def test_own_data_flags(recipe, capsys, tmp_path):
     cli = build_cli(["--config", str(recipe), "--data.corpus.source", "folder", "--data.corpus.path", str(tmp_path),
                      "--data.corpus.on_invalid_utf8", "skip", "--data.corpus.glob", '["**/*.py", "**/*.rs"]',
                      "--data.corpus.exclude", '["vendor", "*.min.js"]'], run=False)
-    corpus = cli.datamodule.corpus_config
+    corpus = cli.datamodule.config.corpus
     assert (corpus.on_invalid_utf8, corpus.glob, corpus.exclude) == ("skip", ("**/*.py", "**/*.rs"),
                                                                       ("vendor", "*.min.js"))
 

@@ -76,7 +76,7 @@ def test_stream_seed_changes_the_order_not_the_split(corpus_dir, tmp_path):
     dms = [make_dm(corpus_dir, tmp_path / str(k), views=("raw", "zstd"), stream_seed=k) for k in (None, 1, 2)]
     for dm in dms:
         dm.setup("fit")
-    assert dms[0].stream_seed == dms[1].stream_seed == 1  # null: the data module's seed
+    assert dms[0].config.order_seed == dms[1].config.order_seed == 1  # null: the data module's seed
     assert [d.name for d in dms[0].corpus.val] == [d.name for d in dms[2].corpus.val]
     first = [next(iter(dm.train_dataloader()))["input_ids"] for dm in dms]
     assert torch.equal(first[0], first[1]) and not torch.equal(first[0], first[2])
@@ -149,7 +149,7 @@ def test_a_longer_resumed_run_keeps_the_mixing_schedule_it_was_trained_with(corp
     fit(make_dm(corpus_dir, tmp_path / "b", total_steps=10, **settings), 2, tmp_path / "b")
     longer = make_dm(corpus_dir, tmp_path / "c", total_steps=40, **settings)
     resumed = fit(longer, 8, tmp_path / "c", ckpt_path=str(tmp_path / "b" / "ckpt" / "last.ckpt"))
-    assert longer.schedule.total_steps == 10 and longer.state_dict()["config"]["mixing"]["total_steps"] == 10
+    assert longer.config.mixing.total_steps == 10 and longer.state_dict()["config"]["mixing"]["total_steps"] == 10
     for expected, got in zip(planned.seen[2:], resumed.seen, strict=True):
         assert all(torch.equal(expected[k], got[k]) for k in expected)
     stretched = fit(make_dm(corpus_dir, tmp_path / "d", total_steps=40, **settings), 8, tmp_path / "d")
@@ -198,3 +198,20 @@ def test_bad_arguments_are_refused(corpus_dir, tmp_path):
         make_dm(corpus_dir, tmp_path, schedule="cosine")
     with pytest.raises(ValueError, match="seq_len"):
         make_dm(corpus_dir, tmp_path, seq_len=1)
+
+
+def test_one_data_config_makes_the_module_its_hyperparameters_and_its_resume_check(corpus_dir):
+    from proxycomp.data import DataConfig
+    from proxycomp.errors import UserError
+
+    config = DataConfig(corpus=CorpusConfig("folder", str(corpus_dir), val_fraction=0.2),
+                        views=ViewConfig(names=("raw", "zstd")), mixing=MixingSchedule(total_steps=7),
+                        seq_len=64, batch_size=2, num_workers=0, seed=3)
+    assert DataConfig.from_dict(config.to_dict()) == config
+    dm = ProxyDataModule.from_config(config)
+    assert dm.config == config and dict(dm.hparams) == config.to_dict()
+    assert config.order_seed == 3 and DataConfig(stream_seed=5).order_seed == 5
+    resume = config.resume_fields()  # what a stream cursor depends on: not where artifacts go, not val_windows
+    assert "artifacts_dir" not in resume and "val_windows" not in resume and "spm_model_file" not in resume["views"]
+    with pytest.raises(UserError, match="seq_len >= 2"):
+        DataConfig(seq_len=1)

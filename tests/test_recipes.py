@@ -27,14 +27,14 @@ def test_recipe_parses_and_links(recipe, tmp_path, monkeypatch):
     data, lm, trainer = cli.datamodule, cli.model, cli.trainer
     assert lm.config.vocab_size == data.vocab_size
     assert lm.vocabulary == data.vocabulary
-    assert lm.config.max_seq_len == data.seq_len
-    assert data.schedule.total_steps == trainer.max_steps > 0
+    assert lm.config.max_seq_len == data.config.seq_len
+    assert data.config.mixing.total_steps == trainer.max_steps > 0
     assert lm.optim.warmup_steps < trainer.max_steps
     expected_name = recipe.stem if recipe.parent.name == "pretrain" else f"smoke_{recipe.stem}"
     assert [logger.name for logger in trainer.loggers] == [expected_name, expected_name]
     if recipe.parent.name == "smoke":
-        assert lm.config.d_model <= 128 and lm.config.n_layers == 2 and data.corpus_config.max_documents
+        assert lm.config.d_model <= 128 and lm.config.n_layers == 2 and data.config.corpus.max_documents
     else:
         params = sum(p.numel() for p in lm.parameters())
         # the RL policy's recipe trains at the longer context its episodes need
-        assert 25e6 <= params <= 85e6 and data.seq_len == (4096 if recipe.stem == "h200_policy" else 2048)
+        assert 25e6 <= params <= 85e6 and data.config.seq_len == (4096 if recipe.stem == "h200_policy" else 2048)

@@ -56,7 +56,8 @@ class ValBpbCurve(Callback):
 
     def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         dm = self._datamodule
-        bpb = score_documents(pl_module.model, self._documents, dm.seq_len, self.stride or default_stride(dm.seq_len),
+        seq_len = dm.config.seq_len
+        bpb = score_documents(pl_module.model, self._documents, seq_len, self.stride or default_stride(seq_len),
                               dm.scored_view, self.batch_size).bits_per_byte
         step = trainer.global_step
         self.points.append({"step": step, "val_bpb": bpb})

@@ -13,7 +13,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from proxycomp.compare.spec import CompareSpec
 from proxycomp.compare.stability import compressor_stats, delete_characters
 from proxycomp.data import (
     Corpus,
-    CorpusConfig,
+    DataConfig,
     MixingSchedule,
     ProxyDataModule,
     ReplayStream,
@@ -188,16 +188,17 @@ class Comparison:
         batches at the same seed."""
         s = self.spec
         every = max(1, plan.max_steps // s.curve_points)
-        data = {
-            "corpus": asdict(s.corpus),
-            "views": {"names": list(arm.views), "spm_vocab_size": s.spm_vocab_size,
-                      "spm_train_bytes": s.spm_train_bytes,
-                      "spm_model_file": str(self.out / SPM_FILE) if "spm" in arm.views else None},
-            "mixing": {"kind": arm.schedule},
-            "seq_len": s.seq_len, "batch_size": s.batch_size, "num_workers": s.num_workers,
-            "artifacts_dir": str(arm_dir / "data"), "seed": s.seed, "stream_seed": seed,
-            "replay_file": str(self.replay_file(seed)) if arm.name == "raw_subset" else None,
-        }
+        data = DataConfig(
+            corpus=s.corpus,
+            views=ViewConfig(names=tuple(arm.views), spm_vocab_size=s.spm_vocab_size,
+                             spm_train_bytes=s.spm_train_bytes,
+                             spm_model_file=str(self.out / SPM_FILE) if "spm" in arm.views else None),
+            mixing=MixingSchedule(kind=arm.schedule),
+            seq_len=s.seq_len, batch_size=s.batch_size, num_workers=s.num_workers,
+            artifacts_dir=str(arm_dir / "data"), seed=s.seed, stream_seed=seed,
+            replay_file=str(self.replay_file(seed)) if arm.name == "raw_subset" else None,
+        ).to_dict()
+        del data["mixing"]["total_steps"]  # linked from trainer.max_steps by the CLI
         return {
             "seed_everything": seed,
             "trainer": {
@@ -268,14 +269,11 @@ class Comparison:
         steps = source["plan"]["max_steps"]
         self.log(f"replaying {RAW_SUBSET_SOURCE} seed {seed}'s {steps} training batches to collect its raw views")
         # Paths of this call, not of the one that trained proxy_spm (a device call's folders differ each time).
-        data = source["data"]
-        dm = ProxyDataModule(
-            corpus=CorpusConfig(**data["corpus"]),
-            views=ViewConfig(**{**data["views"], "spm_model_file": str(self.out / SPM_FILE)}),
-            mixing=MixingSchedule(**{**data["mixing"], "total_steps": steps}),
-            **{k: data[k] for k in ("seq_len", "batch_size", "num_workers", "seed", "stream_seed")},
-            artifacts_dir=str(path.parent / "data"),
-        )
+        data = DataConfig.from_dict(source["data"])
+        dm = ProxyDataModule.from_config(replace(
+            data, views=replace(data.views, spm_model_file=str(self.out / SPM_FILE)),
+            mixing=replace(data.mixing, total_steps=steps), artifacts_dir=str(path.parent / "data"),
+        ))
         dm.setup("fit")
         symbols = raw_views_seen(dm.train_dataloader(), steps)
         with atomic_path(path) as tmp:

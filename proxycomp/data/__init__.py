@@ -7,7 +7,7 @@ from proxycomp.data.corpus import (
     Document,
     load_corpus,
 )
-from proxycomp.data.datamodule import DataStateError, ProxyDataModule
+from proxycomp.data.datamodule import DataConfig, DataStateError, ProxyDataModule
 from proxycomp.data.mixing import (
     MixingSchedule,
     ScheduleError,
@@ -29,6 +29,7 @@ __all__ = [
     "CorpusConfig",
     "CorpusError",
     "CorpusReport",
+    "DataConfig",
     "DataStateError",
     "Document",
     "MixingSchedule",

@@ -21,7 +21,7 @@ the sums), and rank 0's SentencePiece model is broadcast so every rank encodes w
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,58 @@ class DataStateError(UserError):
     """A checkpoint's data state does not fit this configuration."""
 
 
+@dataclass(frozen=True)
+class DataConfig:
+    """Everything a `ProxyDataModule` is made of, in one place: the flags `--data.*` (the module's signature spells
+    them for the CLI, and builds this at once), its saved hyperparameters, its checkpoint's resume check and the
+    comparison's fit configs all read it. Field meanings: `ProxyDataModule.__init__`."""
+
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    views: ViewConfig = field(default_factory=ViewConfig)
+    mixing: MixingSchedule = field(default_factory=MixingSchedule)
+    seq_len: int = 2048
+    batch_size: int = 8
+    num_workers: int = 2
+    val_windows: int | None = None
+    artifacts_dir: str | None = None
+    replay_file: str | None = None
+    seed: int = 0
+    stream_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 2 or self.batch_size < 1 or self.num_workers < 0:
+            raise DataStateError(
+                f"need data.seq_len >= 2, data.batch_size >= 1, data.num_workers >= 0; got {self.seq_len}, "
+                f"{self.batch_size}, {self.num_workers}"
+            )
+        if self.mixing.kind == "tokens" and len(self.views.names) != 2:
+            raise ScheduleError(
+                "data.mixing.kind 'tokens' trains on one compressed view; set data.views.names to [raw, <view>], "
+                f"got {list(self.views.names)}"
+            )
+
+    @property
+    def order_seed(self) -> int:
+        """The seed of document order and view draws: `stream_seed`, or `seed` when it is null."""
+        return self.seed if self.stream_seed is None else self.stream_seed
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON values (tuples as lists): what a checkpoint's hyperparameters and a fit config's `data:` hold."""
+        return json.loads(json.dumps(asdict(self)))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DataConfig:
+        """The config a `to_dict` (or a checkpoint's data hyperparameters) describes."""
+        nested = {"corpus": CorpusConfig, "views": ViewConfig, "mixing": MixingSchedule}
+        return cls(**{k: nested[k](**v) if k in nested else v for k, v in data.items()})
+
+    def resume_fields(self) -> dict[str, Any]:
+        """The settings a stream cursor is only valid under (the SentencePiece model itself is in the state)."""
+        config = {k: v for k, v in self.to_dict().items() if k not in ("val_windows", "artifacts_dir")}
+        config["views"].pop("spm_model_file")
+        return config
+
+
 class ProxyDataModule(L.LightningDataModule):
     def __init__(
         self,
@@ -98,49 +150,38 @@ class ProxyDataModule(L.LightningDataModule):
                 SentencePiece sample (a comparison's training seeds share one split); null: seed
         """
         super().__init__()
-        if seq_len < 2 or batch_size < 1 or num_workers < 0:
-            raise DataStateError(
-                f"need data.seq_len >= 2, data.batch_size >= 1, data.num_workers >= 0; got {seq_len}, {batch_size}, "
-                f"{num_workers}"
-            )
-        # Plain dicts in the checkpoint, so it loads with weights_only.
-        self.save_hyperparameters({"corpus": asdict(corpus), "views": asdict(views), "mixing": asdict(mixing),
-                                   "seq_len": seq_len, "batch_size": batch_size, "num_workers": num_workers,
-                                   "val_windows": val_windows, "artifacts_dir": artifacts_dir,
-                                   "replay_file": replay_file, "seed": seed, "stream_seed": stream_seed})
-        self.corpus_config, self.view_config, self.schedule = corpus, views, mixing
-        self.seq_len, self.batch_size, self.num_workers, self.seed = seq_len, batch_size, num_workers, seed
-        self.stream_seed = seed if stream_seed is None else stream_seed
-        if mixing.kind == "tokens" and len(views.names) != 2:
-            raise ScheduleError(
-                "data.mixing.kind 'tokens' trains on one compressed view; set data.views.names to [raw, <view>], "
-                f"got {list(views.names)}"
-            )
-        self.vocabulary: Vocabulary = self.view_config.vocabulary()
+        self.config = DataConfig(corpus, views, mixing, seq_len, batch_size, num_workers, val_windows, artifacts_dir,
+                                 replay_file, seed, stream_seed)
+        self.save_hyperparameters(self.config.to_dict())  # plain values: the checkpoint loads with weights_only
+        self.vocabulary: Vocabulary = self.config.views.vocabulary()
         self.vocab_size: int = self.vocabulary.size
         self.corpus: Corpus | None = None
         self._spm_model: bytes | None = None
         self._batches_consumed = 0
         self._cursors: dict[int, StreamCursor] = {}
 
+    @classmethod
+    def from_config(cls, config: DataConfig) -> ProxyDataModule:
+        return cls(**{f.name: getattr(config, f.name) for f in fields(config)})
+
     # ---- data -------------------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
         if self.corpus is None:
-            self.corpus = load_corpus(self.corpus_config, seed=self.seed)
+            self.corpus = load_corpus(self.config.corpus, seed=self.config.seed)
             rank_zero_info(self.corpus.report.summary())
         self._write_artifacts()
 
     def use_spm_model(self, model: bytes) -> None:
         """Encode the spm view with `model` (the tokenizer of the checkpoint a run starts from) instead of training
         one; `views.spm_model_file`, when set, still wins."""
-        if not self.view_config.spm_model_file:
+        if not self.config.views.spm_model_file:
             self._spm_model = model
 
     @property
     def spm_model(self) -> bytes | None:
         """The serialized SentencePiece model: read from `views.spm_model_file`, else trained on first use (a
         resumed run gets it from the checkpoint)."""
-        views = self.view_config
+        views = self.config.views
         if "spm" in views.names and self._spm_model is None:
             if views.spm_model_file:
                 path = Path(views.spm_model_file)
@@ -153,7 +194,7 @@ class ProxyDataModule(L.LightningDataModule):
                 rank, world = self._rank_and_world()
                 model = None if rank else train_spm(
                     [d.data for d in self._require_corpus().train], views.spm_vocab_size, views.spm_train_bytes,
-                    self.seed,
+                    self.config.seed,
                 )
                 self._spm_model = self.trainer.strategy.broadcast(model, src=0) if world > 1 else model
             self._write_artifacts()
@@ -162,9 +203,9 @@ class ProxyDataModule(L.LightningDataModule):
     @cached_property
     def replay_symbols(self) -> np.ndarray | None:
         """The fixed stream of `replay_file` (memory-mapped), checked against the vocabulary."""
-        if not self.hparams.replay_file:
+        if not self.config.replay_file:
             return None
-        path = Path(self.hparams.replay_file)
+        path = Path(self.config.replay_file)
         try:
             symbols = np.load(path, mmap_mode="r")
         except (OSError, ValueError) as err:
@@ -179,15 +220,15 @@ class ProxyDataModule(L.LightningDataModule):
         return symbols
 
     def train_dataloader(self) -> DataLoader:
-        workers = self.num_workers
+        workers = self.config.num_workers
         rank, world = self._rank_and_world()
         if self.replay_symbols is not None:
             replay = ReplayStream(
-                self.replay_symbols, self.seq_len, self.batch_size, self._batches_consumed,
+                self.replay_symbols, self.config.seq_len, self.config.batch_size, self._batches_consumed,
                 dict(self._cursors), rank=rank, world_size=world,
             )
             return DataLoader(replay, batch_size=None, num_workers=workers, pin_memory=torch.cuda.is_available())
-        stream = self._train_stream(self.spm_model, self.batch_size, self._batches_consumed, dict(self._cursors),
+        stream = self._train_stream(self.spm_model, self.config.batch_size, self._batches_consumed, dict(self._cursors),
                                     rank=rank, world_size=world)
         return DataLoader(
             stream, batch_size=None, num_workers=workers, persistent_workers=False,
@@ -199,17 +240,17 @@ class ProxyDataModule(L.LightningDataModule):
     def scored_view(self) -> View:
         """The view the model is scored in: raw bytes, except under the `tokens` schedule, whose model never sees
         them and is scored in its one compressed view."""
-        if self.schedule.kind != "tokens":
+        if self.config.mixing.kind != "tokens":
             return RawView(self.vocabulary.offset("raw"))
-        name = next(n for n in self.view_config.names if n != "raw")
-        return self.view_config.build(self.spm_model)[name]
+        name = next(n for n in self.config.views.names if n != "raw")
+        return self.config.views.build(self.spm_model)[name]
 
     def val_dataloader(self) -> DataLoader:
         documents = [d.data for d in self._require_corpus().val]
-        windows = ValWindows(documents, self.seq_len, self.hparams.val_windows, self.scored_view)
+        windows = ValWindows(documents, self.config.seq_len, self.config.val_windows, self.scored_view)
         rank, world = self._rank_and_world()
         if world == 1:
-            return DataLoader(windows, batch_size=self.batch_size, shuffle=False, num_workers=0)
+            return DataLoader(windows, batch_size=self.config.batch_size, shuffle=False, num_workers=0)
         if len(windows) < world:
             raise CorpusError(
                 f"validation has {len(windows)} windows, fewer than the {world} processes; "
@@ -217,7 +258,7 @@ class ProxyDataModule(L.LightningDataModule):
             )
         # Each window once (no padding repeats, which would bias val/bpb); ranks may differ by one window.
         sampler = UnrepeatedDistributedSampler(windows, num_replicas=world, rank=rank, shuffle=False)
-        return DataLoader(windows, batch_size=self.batch_size, sampler=sampler, num_workers=0)
+        return DataLoader(windows, batch_size=self.config.batch_size, sampler=sampler, num_workers=0)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         # Runs in the main process just before a batch is used (not when it is prefetched), so the saved cursor
@@ -235,7 +276,7 @@ class ProxyDataModule(L.LightningDataModule):
             "batches_consumed": self._batches_consumed,
             "cursors": {logical: c.to_list() for logical, c in self._cursors.items()},
             "spm_model": self._spm_model,
-            "config": self._resume_config(),
+            "config": self.config.resume_fields(),
             "world_size": self._rank_and_world()[1],
             "train_digest": self.corpus.report.train_digest if self.corpus is not None else None,
         }
@@ -256,14 +297,14 @@ class ProxyDataModule(L.LightningDataModule):
             )
         saved = state_dict["config"]
         saved_steps = saved["mixing"]["total_steps"]
-        if saved_steps != self.schedule.total_steps:  # trained further or shorter: the schedule stays as trained
+        if saved_steps != self.config.mixing.total_steps:  # trained further or shorter: the schedule stays as trained
             rank_zero_info(f"data: trainer.max_steps changed on resume; the mixing schedule stays as trained "
-                           f"(data.mixing.total_steps {saved_steps}, not {self.schedule.total_steps})")
-            self.schedule = replace(self.schedule, total_steps=saved_steps)
+                           f"(data.mixing.total_steps {saved_steps}, not {self.config.mixing.total_steps})")
+            self.config = replace(self.config, mixing=replace(self.config.mixing, total_steps=saved_steps))
             self.hparams.mixing["total_steps"] = saved_steps
             if self.corpus is not None:
                 self._write_artifacts()  # the manifest names the schedule trained on
-        changed = changed_fields(saved, self._resume_config(), defaults=_DEFAULT_RESUME_CONFIG)
+        changed = changed_fields(saved, self.config.resume_fields(), defaults=_DEFAULT_RESUME_CONFIG)
         if changed:
             raise DataStateError(
                 f"the checkpoint's data stream was made with other settings ({'; '.join(changed)}); "
@@ -287,16 +328,8 @@ class ProxyDataModule(L.LightningDataModule):
         def scored(config: dict[str, Any]) -> dict[str, Any]:
             return {k: config[k] for k in SCORED_FIELDS if k in config}
 
-        return changed_fields(scored(saved), scored(self._resume_config()), defaults=scored(_DEFAULT_RESUME_CONFIG))
-
-    def _resume_config(self) -> dict[str, Any]:
-        """Settings a stream cursor is only valid under (as JSON values: tuples read back as lists)."""
-        h = self.hparams
-        views = {k: v for k, v in h.views.items() if k != "spm_model_file"}  # the model itself is in the state
-        config = {"corpus": h.corpus, "views": views, "mixing": h.mixing, "seq_len": h.seq_len,
-                  "batch_size": h.batch_size, "num_workers": h.num_workers, "replay_file": h.replay_file,
-                  "seed": h.seed, "stream_seed": h.stream_seed}
-        return json.loads(json.dumps(config))
+        now = self.config.resume_fields()
+        return changed_fields(scored(saved), scored(now), defaults=scored(_DEFAULT_RESUME_CONFIG))
 
     # ---- helpers --------------------------------------------------------------------------------------------
     def _rank_and_world(self) -> tuple[int, int]:
@@ -307,8 +340,9 @@ class ProxyDataModule(L.LightningDataModule):
     def _train_stream(self, spm_model: bytes | None, batch_size: int, batches_consumed: int = 0,
                       cursors: dict[int, StreamCursor] | None = None, rank: int = 0,
                       world_size: int = 1) -> TrainStream:
-        return TrainStream([d.data for d in self._require_corpus().train], self.view_config, spm_model, self.schedule,
-                           self.seq_len, batch_size, self.stream_seed, batches_consumed, cursors, rank, world_size)
+        c = self.config
+        return TrainStream([d.data for d in self._require_corpus().train], c.views, spm_model, c.mixing, c.seq_len,
+                           batch_size, c.order_seed, batches_consumed, cursors, rank, world_size)
 
     def _require_corpus(self) -> Corpus:
         if self.corpus is None:
@@ -316,8 +350,8 @@ class ProxyDataModule(L.LightningDataModule):
         return self.corpus
 
     def artifacts_path(self) -> Path:
-        if self.hparams.artifacts_dir:
-            return Path(self.hparams.artifacts_dir)
+        if self.config.artifacts_dir:
+            return Path(self.config.artifacts_dir)
         trainer = self.trainer
         if trainer is not None and trainer.log_dir:
             return Path(trainer.log_dir)
@@ -333,17 +367,17 @@ class ProxyDataModule(L.LightningDataModule):
             return
         root.mkdir(parents=True, exist_ok=True)
         manifest = {
-            "config": self._resume_config(),
+            "config": self.config.resume_fields(),
             "vocabulary": self.vocabulary.to_dict(),
             "corpus": self._require_corpus().report.to_dict(),
         }
         if self._spm_model is not None:
             write_atomic(root / SPM_MODEL_FILE, self._spm_model)
             manifest["spm_model_file"] = SPM_MODEL_FILE
-        if not self.hparams.replay_file and (self._spm_model is not None or "spm" not in self.view_config.names):
+        if not self.config.replay_file and (self._spm_model is not None or "spm" not in self.config.views.names):
             # Distinct documents per batch and the paired share of rows (in the translation warmup), measured on the
             # global batch of a one-worker stream: the same figures in distribution as the run's workers give.
-            stream = self._train_stream(self._spm_model, self.batch_size * self._rank_and_world()[1])
+            stream = self._train_stream(self._spm_model, self.config.batch_size * self._rank_and_world()[1])
             manifest["first_batches"] = stream.report(REPORT_BATCHES)
         write_atomic(root / MANIFEST_FILE, json.dumps(manifest, indent=2))
 
