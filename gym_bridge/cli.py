@@ -75,11 +75,8 @@ def _config(args, tasks: list) -> EvalConfig:
     size = args.size or _default_size()
     _check_size(size, tasks, local=getattr(args, "ray", None) is None)
     atol, rtol = (1e-2, 1e-2) if args.kernelbench_tolerance else (args.atol, args.rtol)
-    try:
-        return EvalConfig(size=size, atol=atol, rtol=rtol, seed=args.seed, correct_trials=args.trials,
-                          timing_trials=args.timing_trials, timeout_s=args.timeout, strict=args.strict)
-    except ValueError as err:
-        raise UserError(str(err)) from None
+    return EvalConfig(size=size, atol=atol, rtol=rtol, seed=args.seed, correct_trials=args.trials,
+                      timing_trials=args.timing_trials, timeout_s=args.timeout, strict=args.strict)
 
 
 def _parser():

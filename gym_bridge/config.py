@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from proxycomp.errors import UserError
+
 SIZES = ("cpu", "gpu", "gpu_heldout")
 
 
@@ -101,11 +103,11 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         if self.size not in SIZES:
-            raise ValueError(f"EvalConfig.size={self.size!r}: use one of {', '.join(SIZES)}")
+            raise UserError(f"EvalConfig.size={self.size!r}: use one of {', '.join(SIZES)}")
         if self.correct_trials < 1 or self.timing_trials < 1 or self.input_sets < 1:
-            raise ValueError("EvalConfig.correct_trials, timing_trials and input_sets must be >= 1")
+            raise UserError("EvalConfig.correct_trials, timing_trials and input_sets must be >= 1")
         if self.timeout_s <= 0:
-            raise ValueError(f"EvalConfig.timeout_s={self.timeout_s}: must be > 0 seconds")
+            raise UserError(f"EvalConfig.timeout_s={self.timeout_s}: must be > 0 seconds")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -73,9 +73,11 @@ def test_feedback_is_compact_and_names_the_verdicts():
 
 
 def test_config_rejects_bad_size_and_timeout():
-    with pytest.raises(ValueError, match="EvalConfig.size"):
+    from proxycomp.errors import UserError
+
+    with pytest.raises(UserError, match="EvalConfig.size"):  # bad input: the command prints it as one line
         EvalConfig(size="tpu")
-    with pytest.raises(ValueError, match="timeout_s"):
+    with pytest.raises(UserError, match="timeout_s"):
         EvalConfig(timeout_s=0)
     assert EvalConfig.from_dict(EvalConfig(size="gpu").to_dict()) == EvalConfig(size="gpu")
 
