@@ -74,10 +74,11 @@ class CandidateGone(Exception):
 
 
 class Turn:
-    """A request's shared hold on the GPU's timing lock, which the candidate process hands back while Triton compiles
-    on the host and takes again before it launches (turn messages, candidate.Session.compiling): a compile of a
-    second keeps no timing of another slot waiting. A process that lies about it only lets other candidates' GPU
-    work run beside its own request, which nobody times. `waited(seconds)` is told each wait."""
+    """The check's shared hold on the GPU's timing lock, which the candidate process hands back while Triton compiles
+    on the host (taking it again before it launches) and while a call's outputs are copied out (turn messages,
+    candidate.Session.hand_back): a compile of a second keeps no timing of another slot waiting. A process that lies
+    about it only lets other candidates' GPU work run beside its own request, which nobody times. `waited(seconds)`
+    is told each wait."""
 
     def __init__(self, lock: DeviceLock, waited) -> None:
         self.lock, self.waited, self.held = lock, waited, False
@@ -407,7 +408,7 @@ class Judge:
         """What a candidate process is started with, but its folder."""
         return {"env": self.env, "device": self.device, "memory_mb": cfg.memory_limit_mb, "cpu_s": cfg.cpu_limit_s,
                 "extra_allowed_ops": list(cfg.extra_allowed_ops), "triton_base": self.triton_base,
-                "timing_lock": self.lock.path if self.lock else None,
+                "timing_lock": self.lock.path if self.lock and not alone else None,  # alone: this judge holds it
                 "gpu_fraction": 0.9 if alone else self.gpu_share / 2}
 
     def _fork(self, request: dict, cfg: EvalConfig) -> CandidateProcess:

@@ -223,3 +223,17 @@ def test_the_candidate_hands_the_gpu_back_around_tritons_builds(tmp_path, monkey
     assert turns == ["release", "take", "release", "take"]
     assert not select.select([theirs], [], [], 0.05)[0]  # nothing for the launch of a built kernel
     socket.socket.close(theirs)
+
+
+def test_a_candidate_process_judged_alone_starts_without_asking_for_the_lock_its_judge_holds(tmp_path):
+    """A retry that runs alone holds the GPU exclusively from its start: its process's warm-up must not wait for the
+    shared hold (it would wait for its own judge), while every other process's warm-up launch does."""
+    from proxycomp.gym_bridge.config import EvalConfig
+    from proxycomp.gym_bridge.judge import Judge
+
+    judge = Judge.__new__(Judge)  # the settings a start request is made of, no processes
+    judge.env, judge.device, judge.triton_base, judge.gpu_share = {}, "cuda", None, 0.45
+    judge.lock = DeviceLock(str(tmp_path / "gpu0.lock"))
+    shared, alone = judge._request(EvalConfig(), alone=False), judge._request(EvalConfig(), alone=True)
+    assert shared["timing_lock"] == judge.lock.path and alone["timing_lock"] is None
+    assert shared != alone  # so a spare made for shared judging is never used alone
