@@ -23,8 +23,8 @@ from ..config import SIZES
 from ..evaluator import Evaluator
 from ..policy import Policy
 from ..tasks import Task
+from .episode import rollout_metrics
 from .rollout import RolloutConfig, run_episodes
-from .trainer import rollout_metrics
 
 # Per-episode proportions (what compare gives intervals for), then mean rewards.
 SUMMARY_COLUMNS = ("correct/turn0", "correct/any", "fast@1.2/turn0", "fast@1.2/best", "reward/turn0", "reward/final")

@@ -15,6 +15,7 @@ from proxycomp.gym_bridge.rl import MismatchConfig, PolicyLossConfig, Trajectory
 from proxycomp.checkpoint import load_lm, save_lm
 from proxycomp.cli import main as proxycomp
 from proxycomp.gym_bridge.rl.cli import RLConfigError, parse_config
+from proxycomp.gym_bridge.rl.episode import rollout_metrics
 from proxycomp.gym_bridge.rl.rollout import RolloutConfig, turn_from_result
 from proxycomp.gym_bridge.rl.trainer import (
     AlgorithmConfig,
@@ -22,7 +23,6 @@ from proxycomp.gym_bridge.rl.trainer import (
     PolicyUpdater,
     RLTrainer,
     make_batch,
-    rollout_metrics,
 )
 from proxycomp.gym_bridge.rl.warmstart import reply_text
 from proxycomp.gym_bridge.tasks import load_task
