@@ -71,6 +71,7 @@ def parse_config(argv: Sequence[str]) -> tuple[RLConfig, RunArgs]:
 def run(config: RLConfig, args: RunArgs) -> int:
     started, out_dir, resume = time.monotonic(), args.out, args.resume
     checkpoint = args.checkpoint()
+    evaluated = config.evaluated_settings()  # what keys the before-RL rows kept beside a warm start
     tasks, eval_sets = config.load_tasks()
     base = BaseModel.read(args.ckpt)  # a missing or damaged --ckpt stops here, before OUT holds anything
     code = CodeBpb.of_files(config.evaluation.code_files, config.evaluation.code_bytes, out_dir, keep=resume)
@@ -84,7 +85,7 @@ def run(config: RLConfig, args: RunArgs) -> int:
     def gym(size: str) -> Evaluator:  # one pool serves every problem size
         return Evaluator(pool, dataclasses.replace(config.gym.eval, size=size))
 
-    held_out = HeldOut(eval_sets, gym, config.rollout, config.evaluation, config.evaluated_settings(), out_dir)
+    held_out = HeldOut(eval_sets, gym, config.rollout, config.evaluation, evaluated, out_dir)
     train_gym = gym(config.gym.eval.size)
     try:
         warm_dir = None  # the policy is the warm start itself until RL or a resumed checkpoint changes it
