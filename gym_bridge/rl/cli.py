@@ -74,7 +74,8 @@ def run(config: RLConfig, args: RunArgs) -> int:
     evaluated = config.evaluated_settings()  # what keys the before-RL rows kept beside a warm start
     tasks, eval_sets = config.load_tasks()
     base = BaseModel.read(args.ckpt)  # a missing or damaged --ckpt stops here, before OUT holds anything
-    code = CodeBpb.of_files(config.evaluation.code_files, config.evaluation.code_bytes, out_dir, keep=resume)
+    code = CodeBpb.of_files(config.evaluation.code_files, config.evaluation.code_bytes, base.lm.model, out_dir,
+                           keep=resume)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / "config.json", json.dumps(dataclasses.asdict(config), indent=2))
     fabric = config.fabric.build(config.seed)
@@ -85,16 +86,16 @@ def run(config: RLConfig, args: RunArgs) -> int:
     def gym(size: str) -> Evaluator:  # one pool serves every problem size
         return Evaluator(pool, dataclasses.replace(config.gym.eval, size=size))
 
-    held_out = HeldOut(eval_sets, gym, config.rollout, config.evaluation, evaluated, out_dir)
+    held_out = HeldOut(eval_sets, gym, config.rollout, config.evaluation, evaluated, out_dir, code)
     train_gym = gym(config.gym.eval.size)
     try:
         warm_dir = None  # the policy is the warm start itself until RL or a resumed checkpoint changes it
         if not resume:
-            code.measure("initial (--ckpt)", base.lm.model)
+            code.measure("initial (--ckpt)")
             warm = WarmStarter(fabric=fabric, policy=policy, base=base, config=config.warmstart,
                                rollout=config.rollout, out_dir=out_dir, seed=config.seed)
             warm_dir = warm.start(tasks, train_gym)
-            code.measure("before RL" if warm_dir is None else "before RL (after SFT)", base.lm.model)
+            code.measure("before RL" if warm_dir is None else "before RL (after SFT)")
         if args.warmstart_only:
             held_out.baseline(policy, warm_dir)
             print(f"warm start only: {warm.model_path} and its evaluation before RL", flush=True)
@@ -120,11 +121,9 @@ def run(config: RLConfig, args: RunArgs) -> int:
                   "for another step and the evaluation; --resume goes on", flush=True)
             if trainer.step == 0:
                 return 0
-        rows_after = held_out.after_rl(policy, trainer.step)
-        code.measure(f"after {trainer.step} steps", base.lm.model)
+        held_out.after_rl(policy, trainer.step, rows_before)
     finally:
         pool.close()
-    held_out.report(rows_before + rows_after, code.table() if code.figures else "")
     return 0
 
 

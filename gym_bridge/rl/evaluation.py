@@ -23,6 +23,7 @@ from ..config import SIZES
 from ..evaluator import Evaluator
 from ..policy import Policy
 from ..tasks import Task
+from .code_bpb import CodeBpb
 from .episode import rollout_metrics
 from .rollout import RolloutConfig, run_episodes
 
@@ -120,13 +121,13 @@ def format_table(rows: Sequence[EvalRow]) -> str:
 
 class HeldOut:
     """The held-out evaluation of one run: the policy on `sets` at every size of `config.sizes`, judged by
-    `evaluator(size)`, its rows kept in OUT/eval_before.json and OUT/eval_after.json and tabled in OUT/eval.md.
-    `settings` (what decides what it measures) key the rows kept beside a warm start."""
+    `evaluator(size)`, its rows kept in OUT/eval_before.json and OUT/eval_after.json and tabled in OUT/eval.md
+    with the `code` figures. `settings` (what decides what it measures) key the rows kept beside a warm start."""
 
-    def __init__(self, sets: dict[str, Sequence[Task]], evaluator: Callable[[str], Evaluator],
-                 rollout: RolloutConfig, config: EvaluationConfig, settings: dict, out_dir: Path) -> None:
+    def __init__(self, sets: dict[str, Sequence[Task]], evaluator: Callable[[str], Evaluator], rollout: RolloutConfig,
+                 config: EvaluationConfig, settings: dict, out_dir: Path, code: CodeBpb) -> None:
         self.sets, self.evaluator, self.rollout, self.config = sets, evaluator, rollout, config
-        self.settings, self.out_dir = settings, Path(out_dir)
+        self.settings, self.out_dir, self.code = settings, Path(out_dir), code
 
     def measure(self, policy: Policy, phase: str) -> list[dict]:
         started, rows = time.monotonic(), []
@@ -166,13 +167,15 @@ class HeldOut:
         write_atomic(path, json.dumps(rows))
         return rows, seconds
 
-    def after_rl(self, policy: Policy, steps: int) -> list[dict]:
-        rows = self.measure(policy, f"after {steps} steps")
+    def after_rl(self, policy: Policy, steps: int, rows_before: list[dict]) -> None:
+        """The policy and its code figure after `steps` RL steps; OUT/eval_after.json, and the table of the rows
+        before and after RL, then the code figures, in OUT/eval.md and on stdout."""
+        phase = f"after {steps} steps"
+        rows = self.measure(policy, phase)
+        self.code.measure(phase)
+        table = format_table([EvalRow(**r) for r in rows_before + rows])
+        if self.code.figures:
+            table += f"\n\n{self.code.table()}"
         write_atomic(self.out_dir / "eval_after.json", json.dumps(rows))
-        return rows
-
-    def report(self, rows: list[dict], extra: str = "") -> None:
-        """OUT/eval.md and stdout: the table of `rows`, then `extra` (another table) if any."""
-        table = format_table([EvalRow(**r) for r in rows]) + (f"\n\n{extra}" if extra else "")
         write_atomic(self.out_dir / "eval.md", table + "\n")
         print(table, flush=True)

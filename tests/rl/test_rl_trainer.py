@@ -375,7 +375,8 @@ def test_a_warm_starts_evaluation_is_reused_only_under_the_same_settings(tmp_pat
 
     def baseline(argv, warm_dir=tmp_path):
         config = parse_config(["--ckpt", "x", *argv])[0]
-        held_out = HeldOut({}, None, config.rollout, config.evaluation, config.evaluated_settings(), tmp_path)
+        held_out = HeldOut({}, None, config.rollout, config.evaluation, config.evaluated_settings(), tmp_path,
+                           code=None)
         return held_out.baseline(None, warm_dir)
 
     monkeypatch.setattr(HeldOut, "measure", measure)
