@@ -20,8 +20,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
 from proxycomp.command import command_parser
 from proxycomp.files import write_atomic
 
@@ -100,9 +98,7 @@ def run(config: RLConfig, args: RunArgs) -> int:
             held_out.baseline(policy, warm_dir)
             print(f"warm start only: {warm.model_path} and its evaluation before RL", flush=True)
             return 0
-        optimizer = fabric.setup_optimizers(torch.optim.AdamW(
-            policy.module.parameters(), lr=config.algorithm.lr, weight_decay=config.algorithm.weight_decay))
-        trainer = RLTrainer(fabric=fabric, policy=policy, optimizer=optimizer, evaluator=train_gym,
+        trainer = RLTrainer(fabric=fabric, policy=policy, evaluator=train_gym,
                             tasks=tasks, rollout=config.rollout, algorithm=config.algorithm, out_dir=out_dir,
                             tasks_per_step=config.tasks_per_step, seed=config.seed, save_every=config.save_every,
                             hyper_parameters=base.hyper_parameters, spm_model=base.spm_model)

@@ -313,7 +313,6 @@ class RLTrainer:
         *,
         fabric: Fabric,
         policy: ByteLMPolicy,
-        optimizer: torch.optim.Optimizer,
         evaluator: Evaluator,
         tasks: Sequence[Task],
         rollout: RolloutConfig,
@@ -326,12 +325,15 @@ class RLTrainer:
         spm_model: bytes | None = None,
     ) -> None:
         """`hyper_parameters` (and `spm_model`) of the model the policy was loaded from go into every checkpoint,
-        so `generate`, `eval-bpb` and `fit --init_from` read it as they read one of `fit`."""
+        so `generate`, `eval-bpb` and `fit --init_from` read it as they read one of `fit`. The optimizer is AdamW
+        on the policy's weights, as `algorithm` says."""
         if not tasks:
             raise ValueError("tasks: no train tasks")
         if tasks_per_step < 1:
             raise ValueError(f"tasks_per_step: must be >= 1, got {tasks_per_step}")
-        self.fabric, self.policy, self.optimizer, self.evaluator = fabric, policy, optimizer, evaluator
+        self.fabric, self.policy, self.evaluator = fabric, policy, evaluator
+        self.optimizer = fabric.setup_optimizers(torch.optim.AdamW(
+            policy.module.parameters(), lr=algorithm.lr, weight_decay=algorithm.weight_decay))
         self.tasks, self.rollout, self.algorithm = list(tasks), rollout, algorithm
         self.out_dir, self.tasks_per_step, self.seed, self.save_every = Path(out_dir), tasks_per_step, seed, save_every
         self.hyper_parameters, self.spm_model = hyper_parameters, spm_model
@@ -339,7 +341,7 @@ class RLTrainer:
         if algorithm.loss.kl_coef > 0:
             frozen = copy.deepcopy(policy.module).requires_grad_(False)
             self.reference = ByteLMPolicy(frozen, max_context=policy.max_context)
-        self.updater = PolicyUpdater(fabric, policy, optimizer, algorithm, rollout.temperature, self.reference)
+        self.updater = PolicyUpdater(fabric, policy, self.optimizer, algorithm, rollout.temperature, self.reference)
         self.step = 0
         self.longest_step_s = 0.0  # wall seconds, for fit's deadline (checkpointed: a resumed run knows it)
         self.out_dir.mkdir(parents=True, exist_ok=True)
