@@ -94,8 +94,8 @@ def run(config: RLConfig, args: RunArgs) -> int:
                                rollout=config.rollout, out_dir=out_dir, seed=config.seed)
             warm_dir = warm.start(tasks, train_gym)
             code.measure("before RL" if warm_dir is None else "before RL (after SFT)")
+        rows_before, evaluation_s = held_out.before_rl(policy, warm_dir, resume, keep=not args.warmstart_only)
         if args.warmstart_only:
-            held_out.baseline(policy, warm_dir)
             print(f"warm start only: {warm.model_path} and its evaluation before RL", flush=True)
             return 0
         trainer = RLTrainer(fabric=fabric, policy=policy, evaluator=train_gym,
@@ -107,7 +107,6 @@ def run(config: RLConfig, args: RunArgs) -> int:
             print(f"resumed at step {trainer.step} from {checkpoint}", flush=True)
         else:
             trainer.log.truncate(0)  # rows left by a run killed before its first checkpoint
-        rows_before, evaluation_s = held_out.before_rl(policy, warm_dir, resume)
         deadline = None
         if config.max_time_s is not None:  # room for the after-RL evaluation: as long as the one before, or a step
             deadline = started + config.max_time_s - (evaluation_s or trainer.longest_step_s)

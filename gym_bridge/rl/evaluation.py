@@ -158,13 +158,16 @@ class HeldOut:
             write_atomic(cache, json.dumps({"settings": self.settings, "seconds": seconds, "rows": rows}))
         return rows, seconds
 
-    def before_rl(self, policy: Policy, warm_dir: Path | None, resume: bool) -> tuple[list[dict], float | None]:
-        """The run's rows before RL, and the seconds they took (None: measured by the run that is resumed)."""
+    def before_rl(self, policy: Policy, warm_dir: Path | None, resume: bool,
+                  keep: bool = True) -> tuple[list[dict], float | None]:
+        """The run's rows before RL, and the seconds they took (None: measured by the run that is resumed), kept in
+        OUT/eval_before.json unless `keep` is False (a warm start alone: its rows stay beside its model)."""
         path = self.out_dir / "eval_before.json"
         if resume and path.is_file():  # a fresh run re-measures, or reuses its warm start's rows
             return json.loads(path.read_text()), None
         rows, seconds = self.baseline(policy, warm_dir)
-        write_atomic(path, json.dumps(rows))
+        if keep:
+            write_atomic(path, json.dumps(rows))
         return rows, seconds
 
     def after_rl(self, policy: Policy, steps: int, rows_before: list[dict]) -> None:
