@@ -20,8 +20,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
 from proxycomp.command import command_parser
 from proxycomp.files import write_atomic
 
@@ -71,9 +69,11 @@ def parse_config(argv: Sequence[str]) -> tuple[RLConfig, RunArgs]:
 def run(config: RLConfig, args: RunArgs) -> int:
     started, out_dir, resume = time.monotonic(), args.out, args.resume
     checkpoint = args.checkpoint()
+    evaluated = config.evaluated_settings()  # what keys the before-RL rows kept beside a warm start
     tasks, eval_sets = config.load_tasks()
     base = BaseModel.read(args.ckpt)  # a missing or damaged --ckpt stops here, before OUT holds anything
-    code = CodeBpb.of_files(config.evaluation.code_files, config.evaluation.code_bytes, out_dir, keep=resume)
+    code = CodeBpb.of_files(config.evaluation.code_files, config.evaluation.code_bytes, base.lm.model, out_dir,
+                           keep=resume)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / "config.json", json.dumps(dataclasses.asdict(config), indent=2))
     fabric = config.fabric.build(config.seed)
@@ -84,23 +84,21 @@ def run(config: RLConfig, args: RunArgs) -> int:
     def gym(size: str) -> Evaluator:  # one pool serves every problem size
         return Evaluator(pool, dataclasses.replace(config.gym.eval, size=size))
 
-    held_out = HeldOut(eval_sets, gym, config.rollout, config.evaluation, config.evaluated_settings(), out_dir)
+    held_out = HeldOut(eval_sets, gym, config.rollout, config.evaluation, evaluated, out_dir, code)
     train_gym = gym(config.gym.eval.size)
     try:
         warm_dir = None  # the policy is the warm start itself until RL or a resumed checkpoint changes it
         if not resume:
-            code.measure("initial (--ckpt)", base.lm.model)
+            code.measure("initial (--ckpt)")
             warm = WarmStarter(fabric=fabric, policy=policy, base=base, config=config.warmstart,
                                rollout=config.rollout, out_dir=out_dir, seed=config.seed)
             warm_dir = warm.start(tasks, train_gym)
-            code.measure("before RL" if warm_dir is None else "before RL (after SFT)", base.lm.model)
+            code.measure("before RL" if warm_dir is None else "before RL (after SFT)")
+        rows_before, evaluation_s = held_out.before_rl(policy, warm_dir, resume, keep=not args.warmstart_only)
         if args.warmstart_only:
-            held_out.baseline(policy, warm_dir)
             print(f"warm start only: {warm.model_path} and its evaluation before RL", flush=True)
             return 0
-        optimizer = fabric.setup_optimizers(torch.optim.AdamW(
-            policy.module.parameters(), lr=config.algorithm.lr, weight_decay=config.algorithm.weight_decay))
-        trainer = RLTrainer(fabric=fabric, policy=policy, optimizer=optimizer, evaluator=train_gym,
+        trainer = RLTrainer(fabric=fabric, policy=policy, evaluator=train_gym,
                             tasks=tasks, rollout=config.rollout, algorithm=config.algorithm, out_dir=out_dir,
                             tasks_per_step=config.tasks_per_step, seed=config.seed, save_every=config.save_every,
                             hyper_parameters=base.hyper_parameters, spm_model=base.spm_model)
@@ -109,7 +107,6 @@ def run(config: RLConfig, args: RunArgs) -> int:
             print(f"resumed at step {trainer.step} from {checkpoint}", flush=True)
         else:
             trainer.log.truncate(0)  # rows left by a run killed before its first checkpoint
-        rows_before, evaluation_s = held_out.before_rl(policy, warm_dir, resume)
         deadline = None
         if config.max_time_s is not None:  # room for the after-RL evaluation: as long as the one before, or a step
             deadline = started + config.max_time_s - (evaluation_s or trainer.longest_step_s)
@@ -119,11 +116,9 @@ def run(config: RLConfig, args: RunArgs) -> int:
                   "for another step and the evaluation; --resume goes on", flush=True)
             if trainer.step == 0:
                 return 0
-        rows_after = held_out.after_rl(policy, trainer.step)
-        code.measure(f"after {trainer.step} steps", base.lm.model)
+        held_out.after_rl(policy, trainer.step, rows_before)
     finally:
         pool.close()
-    held_out.report(rows_before + rows_after, code.table() if code.figures else "")
     return 0
 
 

@@ -39,24 +39,24 @@ def code_documents(files: str | None, budget: int) -> list[bytes]:
 
 
 class CodeBpb:
-    """The figures of one run by phase, kept in OUT/code_bpb.json (a resumed run keeps those measured before)."""
+    """The figures of one model by phase, kept in OUT/code_bpb.json (a resumed run keeps those measured before)."""
 
-    def __init__(self, out_dir: Path, documents: list[bytes], what: str, keep: bool) -> None:
-        self.path, self.documents, self.what = out_dir / CODE_BPB_FILE, documents, what
+    def __init__(self, model: Transformer, out_dir: Path, documents: list[bytes], what: str, keep: bool) -> None:
+        self.model, self.path, self.documents, self.what = model, out_dir / CODE_BPB_FILE, documents, what
         self.figures: dict[str, float] = json.loads(self.path.read_text()) if keep and self.path.is_file() else {}
 
     @classmethod
-    def of_files(cls, files: str | None, budget: int, out_dir: Path, keep: bool) -> CodeBpb:
+    def of_files(cls, files: str | None, budget: int, model: Transformer, out_dir: Path, keep: bool) -> CodeBpb:
         """Figures on `code_documents(files, budget)`; a `budget` of 0 measures nothing."""
         documents = code_documents(files, budget) if budget else []
-        return cls(out_dir, documents, f"{files or 'proxycomp/ (its own sources)'}, "
-                                       f"{sum(map(len, documents)) / 1000:.0f} kB", keep)
+        return cls(model, out_dir, documents, f"{files or 'proxycomp/ (its own sources)'}, "
+                                              f"{sum(map(len, documents)) / 1000:.0f} kB", keep)
 
-    def measure(self, phase: str, model: Transformer) -> None:
+    def measure(self, phase: str) -> None:
         if not self.documents:
             return
-        seq_len = model.config.max_seq_len
-        bpb = score_documents(model, self.documents, seq_len, default_stride(seq_len)).bits_per_byte
+        seq_len = self.model.config.max_seq_len
+        bpb = score_documents(self.model, self.documents, seq_len, default_stride(seq_len)).bits_per_byte
         self.figures[phase] = bpb
         write_atomic(self.path, json.dumps(self.figures, indent=1))
         print(f"bits per byte on {self.what}, {phase}: {bpb:.3f}", flush=True)

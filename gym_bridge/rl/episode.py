@@ -1,4 +1,5 @@
-"""The text side of multi-turn kernel episodes: prompts, turn records, and their stacking into tensors.
+"""The text side of multi-turn kernel episodes: prompts, turn records, their stacking into tensors, and their
+summary metrics.
 
 A turn's prompt carries the task's reference code and, after the first turn, only the *last* attempt and
 its gym feedback (not the whole history), so an episode fits a small model's context. ``max_bytes`` bounds
@@ -7,12 +8,14 @@ the top, shapes and the final error line at the bottom) with the code of the las
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import torch
 
+FAST_THRESHOLDS = (1.0, 1.2)  # the speedups p of the fast@p metrics
 DEFAULT_INSTRUCTIONS = (
     "Write an optimized replacement for `Model` that does its computation in custom Triton kernels "
     "(`@triton.jit`). Name the class `ModelNew`, keep the same `__init__` and `forward` signatures, and "
@@ -191,3 +194,39 @@ def stack_turns(trajectories: Sequence[Trajectory]) -> TurnBatch:
     first_seen: dict[str, int] = {}
     group_ids = torch.tensor([first_seen.setdefault(t.task_id, len(first_seen)) for t in trajectories])
     return TurnBatch(rewards, turn_mask, correct, hacked, coverage, group_ids)
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Per episode: reward, correct at turn 0 / at any turn / at the last turn, fast@p at turn 0 and at its best
+    turn (correct, unflagged and speedup > p; an untimed turn is never fast). Per turn: coverage, hack rate, and
+    the gym's verdict counts (``verdict/<status>``: why a reward is 0, e.g. no_code for a reply without a code block;
+    ``hack/<kind>`` by the part of a hack's name before ':')."""
+    turns = [t for traj in trajectories for t in traj.turns]
+    covered = [t.coverage for t in turns if t.coverage is not None]
+
+    def mean(values: Sequence[float]) -> float:
+        return sum(values) / len(values) if values else math.nan
+
+    def fast(turn: Turn, p: float) -> bool:
+        return turn.correct and not turn.hacked and turn.speedup is not None and turn.speedup > p
+
+    metrics = {
+        "episodes": float(len(trajectories)),
+        "reward/mean": mean([t.reward for t in turns]),
+        "reward/turn0": mean([traj.turns[0].reward for traj in trajectories]),
+        "reward/final": mean([traj.turns[-1].reward for traj in trajectories]),
+        "correct/turn0": mean([float(traj.turns[0].correct) for traj in trajectories]),
+        "correct/any": mean([float(any(t.correct for t in traj.turns)) for traj in trajectories]),
+        "correct/final": mean([float(traj.turns[-1].correct) for traj in trajectories]),
+        "coverage/mean": mean(covered),
+        "hack_rate": mean([float(t.hacked) for t in turns]),
+    }
+    for p in FAST_THRESHOLDS:
+        metrics[f"fast@{p:g}/turn0"] = mean([float(fast(traj.turns[0], p)) for traj in trajectories])
+        metrics[f"fast@{p:g}/best"] = mean([float(any(fast(t, p) for t in traj.turns)) for traj in trajectories])
+    for turn in turns:
+        metrics[f"verdict/{turn.status}"] = metrics.get(f"verdict/{turn.status}", 0.0) + 1
+        for hack in turn.hacks:
+            kind = f"hack/{hack.split(':', 1)[0]}"
+            metrics[kind] = metrics.get(kind, 0.0) + 1
+    return metrics

@@ -23,8 +23,9 @@ from ..config import SIZES
 from ..evaluator import Evaluator
 from ..policy import Policy
 from ..tasks import Task
+from .code_bpb import CodeBpb
+from .episode import rollout_metrics
 from .rollout import RolloutConfig, run_episodes
-from .trainer import rollout_metrics
 
 # Per-episode proportions (what compare gives intervals for), then mean rewards.
 SUMMARY_COLUMNS = ("correct/turn0", "correct/any", "fast@1.2/turn0", "fast@1.2/best", "reward/turn0", "reward/final")
@@ -120,13 +121,13 @@ def format_table(rows: Sequence[EvalRow]) -> str:
 
 class HeldOut:
     """The held-out evaluation of one run: the policy on `sets` at every size of `config.sizes`, judged by
-    `evaluator(size)`, its rows kept in OUT/eval_before.json and OUT/eval_after.json and tabled in OUT/eval.md.
-    `settings` (what decides what it measures) key the rows kept beside a warm start."""
+    `evaluator(size)`, its rows kept in OUT/eval_before.json and OUT/eval_after.json and tabled in OUT/eval.md
+    with the `code` figures. `settings` (what decides what it measures) key the rows kept beside a warm start."""
 
-    def __init__(self, sets: dict[str, Sequence[Task]], evaluator: Callable[[str], Evaluator],
-                 rollout: RolloutConfig, config: EvaluationConfig, settings: dict, out_dir: Path) -> None:
+    def __init__(self, sets: dict[str, Sequence[Task]], evaluator: Callable[[str], Evaluator], rollout: RolloutConfig,
+                 config: EvaluationConfig, settings: dict, out_dir: Path, code: CodeBpb) -> None:
         self.sets, self.evaluator, self.rollout, self.config = sets, evaluator, rollout, config
-        self.settings, self.out_dir = settings, Path(out_dir)
+        self.settings, self.out_dir, self.code = settings, Path(out_dir), code
 
     def measure(self, policy: Policy, phase: str) -> list[dict]:
         started, rows = time.monotonic(), []
@@ -157,22 +158,27 @@ class HeldOut:
             write_atomic(cache, json.dumps({"settings": self.settings, "seconds": seconds, "rows": rows}))
         return rows, seconds
 
-    def before_rl(self, policy: Policy, warm_dir: Path | None, resume: bool) -> tuple[list[dict], float | None]:
-        """The run's rows before RL, and the seconds they took (None: measured by the run that is resumed)."""
+    def before_rl(self, policy: Policy, warm_dir: Path | None, resume: bool,
+                  keep: bool = True) -> tuple[list[dict], float | None]:
+        """The run's rows before RL, and the seconds they took (None: measured by the run that is resumed), kept in
+        OUT/eval_before.json unless `keep` is False (a warm start alone: its rows stay beside its model)."""
         path = self.out_dir / "eval_before.json"
         if resume and path.is_file():  # a fresh run re-measures, or reuses its warm start's rows
             return json.loads(path.read_text()), None
         rows, seconds = self.baseline(policy, warm_dir)
-        write_atomic(path, json.dumps(rows))
+        if keep:
+            write_atomic(path, json.dumps(rows))
         return rows, seconds
 
-    def after_rl(self, policy: Policy, steps: int) -> list[dict]:
-        rows = self.measure(policy, f"after {steps} steps")
+    def after_rl(self, policy: Policy, steps: int, rows_before: list[dict]) -> None:
+        """The policy and its code figure after `steps` RL steps; OUT/eval_after.json, and the table of the rows
+        before and after RL, then the code figures, in OUT/eval.md and on stdout."""
+        phase = f"after {steps} steps"
+        rows = self.measure(policy, phase)
+        self.code.measure(phase)
+        table = format_table([EvalRow(**r) for r in rows_before + rows])
+        if self.code.figures:
+            table += f"\n\n{self.code.table()}"
         write_atomic(self.out_dir / "eval_after.json", json.dumps(rows))
-        return rows
-
-    def report(self, rows: list[dict], extra: str = "") -> None:
-        """OUT/eval.md and stdout: the table of `rows`, then `extra` (another table) if any."""
-        table = format_table([EvalRow(**r) for r in rows]) + (f"\n\n{extra}" if extra else "")
         write_atomic(self.out_dir / "eval.md", table + "\n")
         print(table, flush=True)

@@ -116,8 +116,10 @@ def _group_generators(generator: torch.Generator | None, count: int, policy: Pol
     return [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
 
 
-def _score_now(evaluator: Evaluator, candidates: list[Candidate]) -> Future:
-    """The sequential schedule: score in this thread, with the same Future interface as the background one."""
+def _score(scorer: ThreadPoolExecutor | None, evaluator: Evaluator, candidates: list[Candidate]) -> Future:
+    """A Future of the candidates' results: scored in the background thread (overlap) or here, before returning."""
+    if scorer is not None and candidates:
+        return scorer.submit(evaluator.submit, candidates)
     future: Future = Future()
     try:
         future.set_result(evaluator.submit(candidates) if candidates else [])  # every reply repeated its code
@@ -184,8 +186,7 @@ def run_episodes(
                 group = ready.popleft()
                 prompts, samples, repeats, candidates = generate(group)
                 started = time.monotonic()
-                future = (scorer.submit(evaluator.submit, candidates) if scorer is not None and candidates
-                          else _score_now(evaluator, candidates))
+                future = _score(scorer, evaluator, candidates)
                 timings["gym_wait_s"] += time.monotonic() - started
                 scoring.append((group, prompts, samples, repeats, future))
             # Take in finished scores; wait for the oldest only when there is nothing left to generate.

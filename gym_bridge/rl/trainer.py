@@ -36,14 +36,13 @@ from ..policy import ByteLMPolicy
 from ..result import mean_stages
 from ..tasks import Task
 from .advantages import get_estimator
-from .episode import Trajectory, Turn, stack_turns
+from .episode import Trajectory, rollout_metrics, stack_turns
 from .policy_loss import PolicyLossConfig, policy_loss
 from .mismatch import MismatchConfig, correct_mismatch
 from .prs import PRSConfig, band, profiling_rejection
 from .returns import reward_to_go
 from .rollout import RolloutConfig, run_episodes
 
-FAST_THRESHOLDS = (1.0, 1.2)
 METRIC_COLUMNS = (
     "step", "reward/mean", "reward/turn0", "reward/final", "correct/turn0", "correct/any", "fast@1.2/turn0",
     "fast@1.2/best", "coverage/mean", "hack_rate", "prs/rejection_rate", "mismatch/rejection_rate", "loss/total",
@@ -112,42 +111,6 @@ class RLBatch:
 
 def _pad(rows: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True) if rows else torch.zeros(0, 0)
-
-
-def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Per episode: reward, correct at turn 0 / at any turn / at the last turn, fast@p at turn 0 and at its best
-    turn (correct, unflagged and speedup > p; an untimed turn is never fast). Per turn: coverage, hack rate, and
-    the gym's verdict counts (``verdict/<status>``: why a reward is 0, e.g. no_code for a reply without a code block;
-    ``hack/<kind>`` by the part of a hack's name before ':')."""
-    turns = [t for traj in trajectories for t in traj.turns]
-    covered = [t.coverage for t in turns if t.coverage is not None]
-
-    def mean(values: Sequence[float]) -> float:
-        return sum(values) / len(values) if values else math.nan
-
-    def fast(turn: Turn, p: float) -> bool:
-        return turn.correct and not turn.hacked and turn.speedup is not None and turn.speedup > p
-
-    metrics = {
-        "episodes": float(len(trajectories)),
-        "reward/mean": mean([t.reward for t in turns]),
-        "reward/turn0": mean([traj.turns[0].reward for traj in trajectories]),
-        "reward/final": mean([traj.turns[-1].reward for traj in trajectories]),
-        "correct/turn0": mean([float(traj.turns[0].correct) for traj in trajectories]),
-        "correct/any": mean([float(any(t.correct for t in traj.turns)) for traj in trajectories]),
-        "correct/final": mean([float(traj.turns[-1].correct) for traj in trajectories]),
-        "coverage/mean": mean(covered),
-        "hack_rate": mean([float(t.hacked) for t in turns]),
-    }
-    for p in FAST_THRESHOLDS:
-        metrics[f"fast@{p:g}/turn0"] = mean([float(fast(traj.turns[0], p)) for traj in trajectories])
-        metrics[f"fast@{p:g}/best"] = mean([float(any(fast(t, p) for t in traj.turns)) for traj in trajectories])
-    for turn in turns:
-        metrics[f"verdict/{turn.status}"] = metrics.get(f"verdict/{turn.status}", 0.0) + 1
-        for hack in turn.hacks:
-            kind = f"hack/{hack.split(':', 1)[0]}"
-            metrics[kind] = metrics.get(kind, 0.0) + 1
-    return metrics
 
 
 def make_batch(
@@ -350,7 +313,6 @@ class RLTrainer:
         *,
         fabric: Fabric,
         policy: ByteLMPolicy,
-        optimizer: torch.optim.Optimizer,
         evaluator: Evaluator,
         tasks: Sequence[Task],
         rollout: RolloutConfig,
@@ -363,12 +325,15 @@ class RLTrainer:
         spm_model: bytes | None = None,
     ) -> None:
         """`hyper_parameters` (and `spm_model`) of the model the policy was loaded from go into every checkpoint,
-        so `generate`, `eval-bpb` and `fit --init_from` read it as they read one of `fit`."""
+        so `generate`, `eval-bpb` and `fit --init_from` read it as they read one of `fit`. The optimizer is AdamW
+        on the policy's weights, as `algorithm` says."""
         if not tasks:
             raise ValueError("tasks: no train tasks")
         if tasks_per_step < 1:
             raise ValueError(f"tasks_per_step: must be >= 1, got {tasks_per_step}")
-        self.fabric, self.policy, self.optimizer, self.evaluator = fabric, policy, optimizer, evaluator
+        self.fabric, self.policy, self.evaluator = fabric, policy, evaluator
+        self.optimizer = fabric.setup_optimizers(torch.optim.AdamW(
+            policy.module.parameters(), lr=algorithm.lr, weight_decay=algorithm.weight_decay))
         self.tasks, self.rollout, self.algorithm = list(tasks), rollout, algorithm
         self.out_dir, self.tasks_per_step, self.seed, self.save_every = Path(out_dir), tasks_per_step, seed, save_every
         self.hyper_parameters, self.spm_model = hyper_parameters, spm_model
@@ -376,7 +341,7 @@ class RLTrainer:
         if algorithm.loss.kl_coef > 0:
             frozen = copy.deepcopy(policy.module).requires_grad_(False)
             self.reference = ByteLMPolicy(frozen, max_context=policy.max_context)
-        self.updater = PolicyUpdater(fabric, policy, optimizer, algorithm, rollout.temperature, self.reference)
+        self.updater = PolicyUpdater(fabric, policy, self.optimizer, algorithm, rollout.temperature, self.reference)
         self.step = 0
         self.longest_step_s = 0.0  # wall seconds, for fit's deadline (checkpointed: a resumed run knows it)
         self.out_dir.mkdir(parents=True, exist_ok=True)

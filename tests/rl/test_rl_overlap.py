@@ -185,11 +185,10 @@ def test_a_timed_out_candidate_costs_only_its_own_result(reference, gym):
 def test_the_trainer_logs_dropped_episodes(make_tiny_transformer, cpu_gym, tmp_path, tiny_hparams):
     fabric = Fabric(accelerator="cpu", devices=1, precision="32-true")
     module = fabric.setup_module(make_tiny_transformer())
-    optimizer = fabric.setup_optimizers(torch.optim.AdamW(module.parameters(), lr=1e-3))
     rollout_config = RolloutConfig(turns=1, samples_per_task=4, max_bytes=24, prompt_max_bytes=512, overlap_groups=2)
-    trainer = RLTrainer(fabric=fabric, policy=ByteLMPolicy(module), optimizer=optimizer,
+    trainer = RLTrainer(fabric=fabric, policy=ByteLMPolicy(module),
                         evaluator=FaultyGym(cpu_gym, fail_id="1.0"), tasks=[RELU], rollout=rollout_config,
-                        algorithm=AlgorithmConfig(), out_dir=tmp_path, tasks_per_step=1, seed=0, save_every=1,
+                        algorithm=AlgorithmConfig(lr=1e-3), out_dir=tmp_path, tasks_per_step=1, seed=0, save_every=1,
                         hyper_parameters=tiny_hparams)
     with pytest.warns(RuntimeWarning, match="trajectories 0-1 failed"):
         metrics = trainer.train_step()

@@ -15,6 +15,7 @@ from proxycomp.gym_bridge.rl import MismatchConfig, PolicyLossConfig, Trajectory
 from proxycomp.checkpoint import load_lm, save_lm
 from proxycomp.cli import main as proxycomp
 from proxycomp.gym_bridge.rl.cli import RLConfigError, parse_config
+from proxycomp.gym_bridge.rl.episode import rollout_metrics
 from proxycomp.gym_bridge.rl.rollout import RolloutConfig, turn_from_result
 from proxycomp.gym_bridge.rl.trainer import (
     AlgorithmConfig,
@@ -22,7 +23,6 @@ from proxycomp.gym_bridge.rl.trainer import (
     PolicyUpdater,
     RLTrainer,
     make_batch,
-    rollout_metrics,
 )
 from proxycomp.gym_bridge.rl.warmstart import reply_text
 from proxycomp.gym_bridge.tasks import load_task
@@ -167,8 +167,8 @@ def test_trainer_resume_repeats_the_next_step(cpu_gym, tmp_path, setup, tiny_hpa
     rollout = RolloutConfig(turns=2, samples_per_task=2, max_bytes=24, prompt_max_bytes=512)
 
     def trainer(out):
-        f, policy, optimizer, config = setup(weight_decay=0.1)
-        return RLTrainer(fabric=f, policy=policy, optimizer=optimizer, evaluator=cpu_gym, tasks=[RELU],
+        f, policy, _, config = setup(weight_decay=0.1)
+        return RLTrainer(fabric=f, policy=policy, evaluator=cpu_gym, tasks=[RELU],
                          rollout=rollout, algorithm=config, out_dir=out, tasks_per_step=1, seed=3, save_every=1,
                          hyper_parameters=tiny_hparams)
 
@@ -201,7 +201,7 @@ def test_trainer_resume_repeats_the_next_step(cpu_gym, tmp_path, setup, tiny_hpa
 
 def test_the_policy_computes_in_its_gpu_turn_and_the_gym_never_scores_inside_one(cpu_gym, tmp_path, setup,
                                                                                   tiny_hparams):
-    f, policy, optimizer, config = setup()
+    f, policy, _, config = setup()
     events, open_turns = [], [0]
 
     @contextlib.contextmanager
@@ -220,7 +220,7 @@ def test_the_policy_computes_in_its_gpu_turn_and_the_gym_never_scores_inside_one
 
     policy.gpu_turn = gpu_turn
     rollout = RolloutConfig(turns=2, samples_per_task=2, max_bytes=24, prompt_max_bytes=512)
-    trainer = RLTrainer(fabric=f, policy=policy, optimizer=optimizer, evaluator=WatchedGym(), tasks=[RELU],
+    trainer = RLTrainer(fabric=f, policy=policy, evaluator=WatchedGym(), tasks=[RELU],
                         rollout=rollout, algorithm=config, out_dir=tmp_path, tasks_per_step=1, seed=3, save_every=1,
                          hyper_parameters=tiny_hparams)
     metrics = trainer.train_step()
@@ -236,8 +236,8 @@ def test_a_deadline_stops_between_steps_with_a_checkpoint_and_resume_finishes(cp
     rollout = RolloutConfig(turns=1, samples_per_task=2, max_bytes=24, prompt_max_bytes=512)
 
     def trainer():
-        f, policy, optimizer, config = setup()
-        return RLTrainer(fabric=f, policy=policy, optimizer=optimizer, evaluator=cpu_gym, tasks=[RELU],
+        f, policy, _, config = setup()
+        return RLTrainer(fabric=f, policy=policy, evaluator=cpu_gym, tasks=[RELU],
                          rollout=rollout, algorithm=config, out_dir=tmp_path, tasks_per_step=1, seed=3, save_every=5,
                          hyper_parameters=tiny_hparams)
 
@@ -339,8 +339,8 @@ def test_bad_config_values_name_the_field(flag, value, message):
 
 
 def test_kl_to_the_initial_policy_is_logged(gym_results, cpu_gym, tmp_path, setup, tiny_hparams):
-    f, policy, optimizer, config = setup(loss=PolicyLossConfig(kl_coef=0.1))
-    trainer = RLTrainer(fabric=f, policy=policy, optimizer=optimizer, evaluator=cpu_gym, tasks=[RELU],
+    f, policy, _, config = setup(loss=PolicyLossConfig(kl_coef=0.1))
+    trainer = RLTrainer(fabric=f, policy=policy, evaluator=cpu_gym, tasks=[RELU],
                         rollout=RolloutConfig(), algorithm=config, out_dir=tmp_path, tasks_per_step=1, seed=0,
                         save_every=1, hyper_parameters=tiny_hparams)
     stats = trainer.updater.update(make_batch(fixed_trajectories(policy, gym_results), config))
@@ -375,7 +375,8 @@ def test_a_warm_starts_evaluation_is_reused_only_under_the_same_settings(tmp_pat
 
     def baseline(argv, warm_dir=tmp_path):
         config = parse_config(["--ckpt", "x", *argv])[0]
-        held_out = HeldOut({}, None, config.rollout, config.evaluation, config.evaluated_settings(), tmp_path)
+        held_out = HeldOut({}, None, config.rollout, config.evaluation, config.evaluated_settings(), tmp_path,
+                           code=None)
         return held_out.baseline(None, warm_dir)
 
     monkeypatch.setattr(HeldOut, "measure", measure)
