@@ -147,6 +147,8 @@ class RLConfig:
             raise ValueError(f"max_time_s: must be > 0 seconds (or null for no limit), got {self.max_time_s}")
         if self.evaluation.splits and self.task_set is None:
             raise ValueError(f"evaluation.splits {self.evaluation.splits}: needs task_set, the folder they split")
+        if self.tasks_per_step < 1:  # refused here, before a warm start and an evaluation run for nothing
+            raise ValueError(f"tasks_per_step: must be >= 1, got {self.tasks_per_step}")
 
     def evaluated_settings(self) -> dict:
         """The fields that decide what the held-out evaluation of a given model measures."""
@@ -157,6 +159,9 @@ class RLConfig:
         evaluation = self.evaluation
         task_set = load_task_set(self.task_set) if self.task_set is not None else None
         train = task_set.split(self.train_split) if task_set is not None else [load_task(name) for name in self.tasks]
+        if not train:  # refused before a warm start and an evaluation run for nothing
+            where = f"split {self.train_split!r} of {self.task_set}" if task_set is not None else "tasks"
+            raise RLConfigError(f"no train tasks in {where}: RL needs at least one")
         sets = {split: task_set.split(split)[:evaluation.max_tasks] for split in evaluation.splits}
         if evaluation.tasks:
             sets["tasks"] = [load_task(name) for name in evaluation.tasks]

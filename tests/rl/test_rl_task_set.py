@@ -37,6 +37,17 @@ def test_splits_without_a_task_set_are_refused():
         parse_config(["--ckpt", "x", "--evaluation.splits", "[heldout]"])
 
 
+def test_what_training_cannot_start_from_is_refused_before_anything_runs(family_dir):
+    """Before a warm start and the evaluation before RL, which may take minutes, not after them."""
+    with pytest.raises(RLConfigError, match="tasks_per_step: must be >= 1"):
+        parse_config(["--ckpt", "x", "--tasks_per_step", "0"])
+    config, _ = parse_config(["--ckpt", "x", "--task_set", str(family_dir), "--train_split", "heldout"])
+    assert config.load_tasks()[0]  # a split of its own
+    empty, _ = parse_config(["--ckpt", "x", "--tasks", "[]"])
+    with pytest.raises(RLConfigError, match="no train tasks in tasks"):
+        empty.load_tasks()
+
+
 @pytest.mark.slow
 def test_sft_on_the_family_then_rl_with_rows_per_evaluation_set(family_dir, tiny_ckpt, tmp_path, capsys):
     """Warm start on the family's train split (its broken variants judged for one task, solutions for the rest),
