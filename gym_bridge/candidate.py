@@ -134,7 +134,7 @@ def _compile_without_the_gpu(session: Session) -> None:
             return build(*args, **kwargs)
 
     def init_handles(kernel):
-        if kernel.module is not None:  # built already: every launch asks
+        if kernel.module is not None:  # built already (every launch comes here): nothing to hand back
             return handles(kernel)
         with session.compiling():
             return handles(kernel)

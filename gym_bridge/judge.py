@@ -430,18 +430,19 @@ class Judge:
             theirs.close()
             for fd in (status_w, lifeline_r, report_w):
                 os.close(fd)
-        return CandidateProcess(mine, status_r, lifeline_w, report_r, workdir,
-                                deadline=time.monotonic() + STARTUP_S, output=output)
+        return CandidateProcess(mine, status_r, lifeline_w, report_r, workdir, deadline=math.inf,  # set by _started
+                                output=output)
 
     def _started(self, cand: CandidateProcess, cfg: EvalConfig) -> CandidateProcess:
-        """Wait until `cand` is ready; its candidate's clock starts now."""
+        """Wait until `cand` is ready (a spare forked a long job ago may be: its start is awaited from now); its
+        candidate's clock starts after."""
+        cand.deadline = time.monotonic() + STARTUP_S
         try:
-            if not cand.pid:
-                started = cand.status_message(max(0.0, cand.deadline - time.monotonic()))
-                if started is None:
-                    raise TimeoutError(f"the zygote did not fork a candidate process within {STARTUP_S:g} s")
-                cand.pid = started["pid"]
-                cand.layers = self._ready(cand).get("layers", [])
+            started = cand.status_message(STARTUP_S)
+            if started is None:
+                raise TimeoutError(f"the zygote did not fork a candidate process within {STARTUP_S:g} s")
+            cand.pid = started["pid"]
+            cand.layers = self._ready(cand).get("layers", [])
         except BaseException:
             cand.close()
             raise

@@ -125,7 +125,7 @@ def _warm_up(cuda: bool, timing_lock: str | None) -> None:
     if cuda:
         _fill.warmup(buf, 8, BLOCK=16, grid=(1,))  # compiled (Triton's cache holds it) and loaded, not launched
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])):
-        with _shared_turn(timing_lock if cuda else None):
+        with _shared_turn(timing_lock):  # None on the CPU: no GPU lock there
             _fill[(1,)](buf, 8, BLOCK=16)
             if cuda:
                 torch.cuda.synchronize()

@@ -237,3 +237,24 @@ def test_a_candidate_process_judged_alone_starts_without_asking_for_the_lock_its
     shared, alone = judge._request(EvalConfig(), alone=False), judge._request(EvalConfig(), alone=True)
     assert shared["timing_lock"] == judge.lock.path and alone["timing_lock"] is None
     assert shared != alone  # so a spare made for shared judging is never used alone
+
+
+def test_a_spare_forked_long_before_its_job_is_used_if_it_started(tmp_path):
+    """A spare is forked when the previous job starts; that job may outlast the start-up allowance (a hung candidate
+    runs to its timeout), and the spare, ready long since, is still used rather than discarded."""
+    import json
+
+    from proxycomp.gym_bridge import wire
+    from proxycomp.gym_bridge.config import EvalConfig
+    from proxycomp.gym_bridge.judge import CandidateProcess, Judge
+
+    mine, theirs = wire.pair()
+    pipes = [os.pipe() for _ in range(3)]
+    spare = CandidateProcess(mine, pipes[0][0], pipes[1][1], pipes[2][0], str(tmp_path),
+                             deadline=time.monotonic() - 1000)  # however it was set when forked
+    os.write(pipes[0][1], (json.dumps({"pid": 4242, "namespaces": []}) + "\n").encode())  # the monitor's line
+    wire.send(theirs, {"ready": True, "layers": ["own-proc"]})
+    started = time.monotonic()
+    cand = Judge._started(Judge.__new__(Judge), spare, EvalConfig(timeout_s=30))
+    assert cand.pid == 4242 and cand.layers == ["own-proc"]
+    assert 29 < cand.deadline - started <= 30.5  # its candidate's clock starts now
