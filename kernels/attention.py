@@ -1,8 +1,10 @@
 """Causal flash attention with GQA and document masking: Triton forward and backward.
 
-Layers: `@triton.jit` kernels; launchers registered as torch custom ops `proxycomp::flash_attn_fwd` and
-`proxycomp::flash_attn_bwd` (the forward's autograd formula calls the backward), opaque to torch.compile;
-and the entry point `flash_attention`, which checks the inputs, picks blocks and calls the forward op.
+Layers: `@triton.jit` kernels; launchers (`_launch_fwd`, `_launch_bwd`), reached two ways: under torch.compile
+through the custom ops `proxycomp::flash_attn_fwd` and `proxycomp::flash_attn_bwd` (the forward's autograd formula
+calls the backward), opaque to the compiler; in eager code through an autograd.Function that calls them directly,
+since the ops' dispatch costs more host time than the launches; and the entry point `flash_attention`, which checks
+the inputs, picks blocks and takes one of the two.
 
 Documents. `doc_ids` (B, S) gives each position a document id; a query attends only keys in the same
 maximal run of equal ids. Packing makes ids non-decreasing, where a run is exactly "same id"; defining
@@ -34,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch_checks import KernelInputError, check_device, check_rank, interpreting
+from .launch_checks import KernelInputError, cdiv, check_device, check_rank, interpreting
 
 LOG2E = 1.4426950408889634
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -540,20 +542,15 @@ def _forward_outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return o, q.new_empty(batch, heads, seq_len, dtype=torch.float32)
 
 
-@torch.library.custom_op(
-    "proxycomp::flash_attn_fwd", mutates_args=(),
-    schema="(Tensor q, Tensor k, Tensor v, Tensor? doc_start, Tensor? doc_end, bool causal, float scale, bool skip, "
-           "int[] config) -> (Tensor, Tensor)")
-def flash_attn_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, config):
+def _launch_fwd(q, k, v, doc_start, doc_end, causal: bool, scale: float, skip: bool, cfg: AttentionConfig):
     """Launch the forward kernel on checked inputs; returns o (see _forward_outputs) and lse2 (B, H, S) float32."""
-    cfg = AttentionConfig(*config)
     batch, heads, seq_len, head_dim = q.shape
     o, lse = _forward_outputs(q)
     has_docs = doc_start is not None
     short = has_docs and skip and cfg.short_span > 0
     for block_m, block_n, warps, stages, tiles in _launches(cfg, cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps,
                                                             cfg.fwd_stages, short):
-        _attn_fwd_kernel[(triton.cdiv(seq_len, block_m), batch * heads)](
+        _attn_fwd_kernel[(cdiv(seq_len, block_m), batch * heads)](
             q, k, v, o, lse, doc_start if has_docs else lse, doc_end if has_docs else lse,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
@@ -565,18 +562,23 @@ def flash_attn_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, config):
     return o, lse
 
 
+@torch.library.custom_op(
+    "proxycomp::flash_attn_fwd", mutates_args=(),
+    schema="(Tensor q, Tensor k, Tensor v, Tensor? doc_start, Tensor? doc_end, bool causal, float scale, bool skip, "
+           "int[] config) -> (Tensor, Tensor)")
+def flash_attn_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, config):
+    """The forward launch as an op for torch.compile: o and lse2."""
+    return _launch_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, AttentionConfig(*config))
+
+
 @flash_attn_fwd.register_fake
 def _(q, k, v, doc_start, doc_end, causal, scale, skip, config):
     return _forward_outputs(q)
 
 
-@torch.library.custom_op(
-    "proxycomp::flash_attn_bwd", mutates_args=(),
-    schema="(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? doc_start, Tensor? doc_end, "
-           "bool causal, float scale, bool skip, int[] config) -> (Tensor, Tensor, Tensor)")
-def flash_attn_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, config):
+def _launch_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal: bool, scale: float, skip: bool,
+                cfg: AttentionConfig):
     """dq, dk, dv (each laid out as its input) from the output gradient `do` and the forward's o and lse2."""
-    cfg = AttentionConfig(*config)
     batch, heads, seq_len, head_dim = q.shape
     kv_heads = k.shape[1]
     if do.stride(-1) != 1:
@@ -589,7 +591,7 @@ def flash_attn_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip,
     doc_end = doc_end if has_docs else lse
     common = dict(GROUP=heads // kv_heads, HEAD_DIM=head_dim, CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip,
                   FP32_DOT=_fp32_dot(q.dtype))
-    _attn_bwd_delta_kernel[(triton.cdiv(seq_len, 64), batch * heads)](
+    _attn_bwd_delta_kernel[(cdiv(seq_len, 64), batch * heads)](
         o, do, delta, o.stride(0), o.stride(1), o.stride(2), do.stride(0), do.stride(1), do.stride(2),
         heads, seq_len, HEAD_DIM=head_dim, BLOCK_M=64,
     )
@@ -597,7 +599,7 @@ def flash_attn_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip,
                v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
     for block_n, block_m, warps, stages, tiles in _launches(cfg, cfg.dkdv_block_n, cfg.dkdv_block_m, cfg.bwd_warps,
                                                             cfg.bwd_stages, short):
-        _attn_bwd_dkdv_kernel[(triton.cdiv(seq_len, block_n), batch * kv_heads)](
+        _attn_bwd_dkdv_kernel[(cdiv(seq_len, block_n), batch * kv_heads)](
             q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *strides,
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
             heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m, BLOCK_N=block_n,
@@ -605,12 +607,21 @@ def flash_attn_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip,
         )
     for block_m, block_n, warps, stages, tiles in _launches(cfg, cfg.dq_block_m, cfg.dq_block_n, cfg.bwd_warps,
                                                             cfg.bwd_stages, short):
-        _attn_bwd_dq_kernel[(triton.cdiv(seq_len, block_m), batch * heads)](
+        _attn_bwd_dq_kernel[(cdiv(seq_len, block_m), batch * heads)](
             q, k, v, do, lse, delta, dq, doc_start, doc_end, *strides, dq.stride(0), dq.stride(1), dq.stride(2),
             heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m, BLOCK_N=block_n,
             SUPER=cfg.dq_block_m, TILES=tiles, num_warps=warps, num_stages=stages, **common,
         )
     return dq, dk, dv
+
+
+@torch.library.custom_op(
+    "proxycomp::flash_attn_bwd", mutates_args=(),
+    schema="(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? doc_start, Tensor? doc_end, "
+           "bool causal, float scale, bool skip, int[] config) -> (Tensor, Tensor, Tensor)")
+def flash_attn_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, config):
+    """The backward launches as an op for torch.compile: dq, dk, dv."""
+    return _launch_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, AttentionConfig(*config))
 
 
 @flash_attn_bwd.register_fake
@@ -635,6 +646,25 @@ def _backward(ctx, do, _lse_grad):
 
 
 flash_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """The same launches outside torch.compile, without the dispatcher. On the H200 (torch 2.11) a custom op's
+    Python dispatch (schema defaults, the autograd and backend wrappers, the output aliasing check) cost ~0.8 ms
+    of host time per forward + backward, several times the seven kernel launches it wraps (BENCHMARKS.md, Kernels,
+    2026-12-04): host-launched, short-document attention then waited on the host, not the GPU."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, doc_start, doc_end, causal, scale, skip, cfg):
+        o, lse = _launch_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, cfg)
+        ctx.save_for_backward(q, k, v, o, lse, doc_start, doc_end)
+        ctx.options = (causal, scale, skip, cfg)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse, doc_start, doc_end = ctx.saved_tensors
+        return *_launch_bwd(do, q, k, v, o, lse, doc_start, doc_end, *ctx.options), None, None, None, None, None, None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -670,6 +700,8 @@ def flash_attention(
     if doc_ids is not None:
         doc_bounds = document_bounds(doc_ids)
     doc_start, doc_end = doc_bounds if doc_bounds is not None else (None, None)
-    o, _ = flash_attn_fwd(q, k, v, doc_start, doc_end, bool(causal), scale, bool(skip_masked_blocks),
-                          list(dataclasses.astuple(cfg)))
-    return o
+    if torch.compiler.is_compiling():  # the ops: one opaque call each in the graph
+        o, _ = flash_attn_fwd(q, k, v, doc_start, doc_end, bool(causal), scale, bool(skip_masked_blocks),
+                              list(dataclasses.astuple(cfg)))
+        return o
+    return _EagerAttention.apply(q, k, v, doc_start, doc_end, bool(causal), scale, bool(skip_masked_blocks), cfg)

@@ -66,10 +66,11 @@ def embedding_builds():
     ids = {**_pointers("i64", "IDS", "PERM"), **_pointers("i16", "KEYS"), **_pointers("i32", "OK", "ROW_START")}
     yield ("embedding+rmsnorm fwd", E._embedding_rmsnorm_fwd_kernel,
            {**ids, **_pointers("bf16", "W", "NORM_W", "X", "Y"), "eps": "fp32"}, dict(BLOCK_T=8, BLOCK_D=1024), 4, 3)
-    yield ("embedding bwd segment sums", E._segment_sums_kernel,
-           {**ids, **_pointers("bf16", "GRAD_X", "GRAD_Y"),
-            **_pointers("fp32", "SLOTS_X", "SLOTS_Y", "OUT_X", "OUT_Y")},
-           dict(CHUNK=512, EXACT_DOT=False, BLOCK_T=E.BLOCK_T, BLOCK_D=128), 4, 3)
+    for grads, precision in (("bf16", "native"), ("fp32", "tf32x3")):  # fp32: a model trained in bf16-mixed
+        yield (f"embedding bwd segment sums, {grads} grads", E._segment_sums_kernel,
+               {**ids, **_pointers(grads, "GRAD_X", "GRAD_Y"),
+                **_pointers("fp32", "SLOTS_X", "SLOTS_Y", "OUT_X", "OUT_Y")},
+               dict(CHUNK=512, PRECISION=precision, BLOCK_T=E.BLOCK_T, BLOCK_D=128), 4, 3)
     yield ("embedding bwd finish rows", E._finish_rows_kernel, {**ids, **_pointers("fp32", "SLOTS", "OUT")},
            dict(CHUNK=512, BLOCK_C=E.BLOCK_C, BLOCK_R=E.BLOCK_R, BLOCK_D=128), 4, 3)
     yield ("embedding+rmsnorm bwd rows", E._rmsnorm_rows_bwd_kernel,

@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch_checks import KernelInputError, check_device, check_rank, interpreting
+from .launch_checks import KernelInputError, cdiv, check_device, check_rank, interpreting
 
 BLOCK_T = 32  # sorted tokens per segment-sum tile
 TARGET_PROGRAMS = 1024  # segment-sum programs to aim for: ~8 per H200 SM, enough loads in flight
@@ -48,7 +48,7 @@ INT16_KEY_ROWS = 2**15  # vocabularies up to this size sort int16 keys: half the
 
 def _chunk_size(tokens: int, column_blocks: int) -> int:
     """Sorted tokens per segment-sum program: about TARGET_PROGRAMS programs in all, whole tiles only."""
-    want = triton.cdiv(tokens * column_blocks, TARGET_PROGRAMS)
+    want = cdiv(tokens * column_blocks, TARGET_PROGRAMS)
     return max(BLOCK_T, min(MAX_CHUNK, triton.next_power_of_2(want)))
 
 
@@ -85,18 +85,18 @@ def _embedding_rmsnorm_fwd_kernel(IDS, W, NORM_W, X, Y, KEYS, OK, N, D, V, strid
 
 
 @triton.jit
-def _run_sums(G, ptrs, ok, same_run, head_run, carry, EXACT_DOT: tl.constexpr):
+def _run_sums(G, ptrs, ok, same_run, head_run, carry, PRECISION: tl.constexpr):
     """Row t: the sum of its run's tokens in the tile up to t, plus `carry` in the tile's first run.
 
-    One small matmul with a 0/1 matrix: exact products and fp32 sums, on the tensor cores for 16-bit
-    grads. EXACT_DOT (fp32 grads, and the interpreter, whose bf16 dots are wrong in triton 3.9) takes
-    full fp32 products instead of the tf32 default.
+    One small matmul with a 0/1 matrix, fp32 sums on the tensor cores. PRECISION (see _dot_precision):
+    "native" for 16-bit grads (exact products); for fp32 grads "tf32x3" (the 0/1 factor is exact in tf32 and
+    each gradient keeps ~22 of its 24 bits, split in two tf32 parts) or "ieee" (exact, on the FMA units).
     """
     g = tl.load(G + ptrs, mask=ok, other=0.0)
-    if EXACT_DOT:
-        sums = tl.dot(same_run.to(tl.float32), g.to(tl.float32), input_precision="ieee")
-    else:
+    if PRECISION == "native":
         sums = tl.dot(same_run.to(g.dtype), g)
+    else:
+        sums = tl.dot(same_run.to(tl.float32), g.to(tl.float32), input_precision=PRECISION)
     return tl.where(head_run, sums + carry[None, :], sums)
 
 
@@ -122,7 +122,7 @@ def _chunk_bounds(KEYS, chunk, N, CHUNK: tl.constexpr):
 
 @triton.jit
 def _segment_sums_kernel(GRAD_X, GRAD_Y, KEYS, PERM, OUT_X, OUT_Y, SLOTS_X, SLOTS_Y, ROW_START, N, D,
-                         CHUNK: tl.constexpr, EXACT_DOT: tl.constexpr, BLOCK_T: tl.constexpr,
+                         CHUNK: tl.constexpr, PRECISION: tl.constexpr, BLOCK_T: tl.constexpr,
                          BLOCK_D: tl.constexpr):
     """Sum the runs of equal keys in one chunk of sorted tokens, for both gradients (module docstring, step 2)."""
     chunk = tl.program_id(0)
@@ -149,9 +149,9 @@ def _segment_sums_kernel(GRAD_X, GRAD_Y, KEYS, PERM, OUT_X, OUT_Y, SLOTS_X, SLOT
         same_run = (run[:, None] == run[None, :]) & (offs_t[None, :] <= offs_t[:, None])
         head_run = (run == tl.min(run, 0))[:, None]  # goes on with the open run of the previous tile
         tail_open = ((offs_t == t0 + BLOCK_T - 1) & ~ends)[:, None]
-        sum_x = _run_sums(GRAD_X, ptrs, ok, same_run, head_run, carry_x, EXACT_DOT)
+        sum_x = _run_sums(GRAD_X, ptrs, ok, same_run, head_run, carry_x, PRECISION)
         carry_x = tl.sum(tl.where(tail_open, sum_x, 0.0), 0)
-        sum_y = _run_sums(GRAD_Y, ptrs, ok, same_run, head_run, carry_y, EXACT_DOT)
+        sum_y = _run_sums(GRAD_Y, ptrs, ok, same_run, head_run, carry_y, PRECISION)
         carry_y = tl.sum(tl.where(tail_open, sum_y, 0.0), 0)
         first_run = _both(from_before, rows == first_row)
         border = ends & (first_run | _both(into_next, rows == last_row))
@@ -263,20 +263,30 @@ def _raise_on_bad_ids(flat: torch.Tensor, vocab: int, ok: torch.Tensor) -> None:
         raise KernelInputError(f"{message}, got range [{int(low)}, {int(high)}]")
 
 
+def _dot_precision(dtype: torch.dtype) -> str:
+    """The segment sums' matmul precision. Under the interpreter "ieee" for every dtype (its bf16 dots are wrong in
+    triton 3.9). fp32 gradients are what a model trained in bf16-mixed gives (its weights stay fp32): "ieee" there
+    ran the matmul on the FMA units and made the backward the slowest kernel of the embedding (BENCHMARKS.md,
+    Kernels, 2026-12-04); "tf32x3" keeps the tensor cores."""
+    if interpreting():
+        return "ieee"
+    return "tf32x3" if dtype == torch.float32 else "native"
+
+
 def _sum_rows(keys: torch.Tensor, grad_x: torch.Tensor, grad_y: torch.Tensor, sums: torch.Tensor) -> None:
     """sums[0][row], sums[1][row]: grad_x and grad_y (N, D) summed over the tokens whose key is `row` (0 if none)."""
     n = keys.numel()
     _, vocab, dim = sums.shape
     sorted_keys, perm = torch.sort(keys, stable=True)  # stable: each row sums its tokens in order
     block_d = max(16, min(triton.next_power_of_2(dim), 128))  # tl.dot takes 16 columns at least
-    column_blocks = triton.cdiv(dim, block_d)
+    column_blocks = cdiv(dim, block_d)
     chunk = _chunk_size(n, column_blocks)
-    chunks = triton.cdiv(n, chunk)
+    chunks = cdiv(n, chunk)
     slots = torch.empty(2, 2 * chunks, dim, device=keys.device, dtype=torch.float32)
     row_start = torch.empty(vocab, device=keys.device, dtype=torch.int32)  # see _finish_rows_kernel
     grid = (chunks, column_blocks)
     _segment_sums_kernel[grid](grad_x, grad_y, sorted_keys, perm, sums[0], sums[1], slots[0], slots[1], row_start, n,
-                               dim, CHUNK=chunk, EXACT_DOT=interpreting() or grad_x.dtype == torch.float32,
+                               dim, CHUNK=chunk, PRECISION=_dot_precision(grad_x.dtype),
                                BLOCK_T=BLOCK_T, BLOCK_D=block_d, num_warps=4)
     for slot, out in zip(slots, sums):
         _finish_rows_kernel[grid](sorted_keys, row_start, slot, out, n, vocab, dim, chunks, CHUNK=chunk,
@@ -306,7 +316,7 @@ def embedding_rmsnorm_fwd(ids, weight, norm_weight, eps):
     ok = torch.ones(1, device=weight.device, dtype=torch.int32)
     block_d = triton.next_power_of_2(dim)
     block_t = max(1, min(16, 8192 // block_d))
-    _embedding_rmsnorm_fwd_kernel[(triton.cdiv(n, block_t),)](
+    _embedding_rmsnorm_fwd_kernel[(cdiv(n, block_t),)](
         flat, weight, norm_weight, x, y, keys, ok, n, dim, vocab, weight.stride(0), eps, BLOCK_T=block_t,
         BLOCK_D=block_d, num_warps=8 if block_d >= 2048 else 4)
     _raise_on_bad_ids(flat, vocab, ok)
@@ -330,7 +340,7 @@ def embedding_rmsnorm_bwd(keys, grad_x, grad_y, weight, norm_weight, eps):
     dw = torch.empty_like(weight)
     block_d = triton.next_power_of_2(dim)
     block_r = max(1, min(8, 4096 // block_d))
-    programs = min(triton.cdiv(vocab, block_r), 512)  # bounds the partial dnorm_weight rows to add up
+    programs = min(cdiv(vocab, block_r), 512)  # bounds the partial dnorm_weight rows to add up
     dg_part = torch.empty(programs, dim, device=weight.device, dtype=torch.float32)
     _rmsnorm_rows_bwd_kernel[(programs,)](sums[0], sums[1], weight, norm_weight, dw, dg_part, vocab, dim,
                                           weight.stride(0), eps, BLOCK_R=block_r, BLOCK_D=block_d,

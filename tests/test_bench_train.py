@@ -65,6 +65,15 @@ def test_spm_windows_train_the_proxy_vocabulary_on_the_real_stream(bench_train, 
     assert 0 < report["causal_work"]["d64"] <= 1  # 64-symbol windows: most hold one document
 
 
+def test_doc_len_packs_documents_of_that_length(bench_train, tmp_path):
+    out = tmp_path / "doc.json"
+    assert bench_train.main(["--sizes", "tiny", "--doc_len", "16", "--arms", "fit-triton", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["doc_len"] == 16
+    # 64-symbol windows of 16-symbol documents (the last cut by the window): 4 of them, 4 x 136 of 64 x 65 / 2 pairs
+    assert report["causal_work"]["d64"] == pytest.approx(4 * 16 * 17 / (64 * 65), abs=0.02)
+
+
 def test_causal_work_is_the_share_of_causal_pairs_inside_documents(bench_train):
     from proxycomp.vocab import Vocabulary
     doc_ids = torch.tensor([[0, 0, 1, 1, 1, 1], [5, 5, 5, 5, 5, 5]])  # 3 + 10 of 21 pairs; all 21
@@ -104,6 +113,8 @@ def test_flex_arm_asks_for_a_gpu_on_the_cpu(bench_train, capsys):
         (["--sizes", "huge"], "invalid choice: 'huge'"),
         (["--sizes", "tiny", "--windows", "zstd"], "invalid choice: 'zstd'"),
         (["--sizes", "tiny", "--profile", "p", "--record"], "--profile and --record"),
+        (["--sizes", "tiny", "--doc_len", "0"], "--doc_len 0: takes a positive length"),
+        (["--sizes", "tiny", "--windows", "spm", "--doc_len", "512"], "with --windows raw"),
     ],
 )
 def test_bad_options_exit_with_one_line(bench_train, capsys, argv, message):

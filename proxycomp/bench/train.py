@@ -13,10 +13,11 @@ single synchronize at its end):
                         torch has no FlexAttention backward on the CPU)
 All arms of a model size train on the same few windows, replayed from memory (a tiny data module for the fit
 arms), so data loading is not what they measure. `--windows raw` (default): random raw bytes packed in documents
-as long as the corpus files, the byte-only recipe's workload. `--windows spm`: windows of the real TrainStream of
-the spm proxy recipe past its warmup (each document compressed with probability 0.9, sentinel mixing; compressed
-documents are ~3.6x shorter in symbols), with the vocabulary of its 8192 pieces. The summary states the share of
-causal attention the windows' documents keep, which bounds what the document mask can skip.
+as long as the corpus files, the byte-only recipe's workload; with `--doc_len N`, documents of N symbols each
+instead (FlexAttention's published document-masking loop ran at 512). `--windows spm`: windows of the real
+TrainStream of the spm proxy recipe past its warmup (each document compressed with probability 0.9, sentinel
+mixing; compressed documents are ~3.6x shorter in symbols), with the vocabulary of its 8192 pieces. The summary
+states the share of causal attention the windows' documents keep, which bounds what the document mask can skip.
 `-compile` wraps the Transformer in torch.compile (the fit arms: with its loss, as ProxyLM(compile=True) does); the
 Triton attention is a custom op inside the graph. `-graphs` is the same in mode "reduce-overhead" (ProxyLM's
 compile_mode): each compiled forward and backward is replayed as a CUDA graph. The tiny preset compiles with
@@ -28,7 +29,7 @@ Data pipeline: symbols/s per CPU core of the real TrainStream for the raw, spm a
 (`proxycomp.bench.data.measure`), and the cores each model's fastest arm would need.
 
     python tools/bench_train.py --sizes h200 --out train.json [--models d768] [--arms fit-triton,plain] \
-        [--windows spm] [--record]
+        [--windows spm | --doc_len 512] [--record]
     python tools/bench_train.py --sizes tiny    # CPU, seconds: every path runs; the figures mean nothing
 """
 from __future__ import annotations
@@ -431,6 +432,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Preset, list
     p.add_argument("--steps", type=int, help="timed steps per arm (default: the preset's)")
     p.add_argument("--windows", choices=sorted(WINDOW_WORDS), default="raw",
                    help="what the arms train on: synthetic byte-only windows, or the spm proxy recipe's stream")
+    p.add_argument("--doc_len", type=int, metavar="N",
+                   help="raw windows only: documents of N symbols each instead of the corpus files' lengths")
     p.add_argument("--seed", type=int, default=0, help="seed of the models and data")
     p.add_argument("--out", type=Path, help="write every figure to this JSON file")
     p.add_argument("--device_note", default="", help="extra words on the machine for BENCHMARKS.md")
@@ -462,6 +465,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Preset, list
     args.steps = preset.steps if args.steps is None else args.steps
     if args.warmup < 1 or args.steps < 1:
         p.error(f"--warmup must be >= 1 (the first step compiles) and --steps >= 1; got {args.warmup}, {args.steps}")
+    if args.doc_len is not None and (args.doc_len < 1 or args.windows != "raw"):
+        p.error(f"--doc_len {args.doc_len}: takes a positive length, with --windows raw (the spm stream's documents "
+                "are the corpus files, compressed)")
     if args.profile is not None and args.record:
         p.error("--profile and --record: the profiler's overhead would land in the recorded figures; run them apart")
     if args.profile is not None:
@@ -492,7 +498,11 @@ def _run(args, preset, models, arms, argv: list[str]) -> int:
           f"TFLOP/s", flush=True)
     corpus = load_corpus(CorpusConfig(max_documents=preset.data_documents), seed=args.seed)
     docs = [d.data for d in corpus.train]
-    doc_lengths = np.array([len(d) + 4 for d in docs])  # the raw view adds <bos><raw> ... </raw><eos>
+    file_lengths = np.array([len(d) + 4 for d in docs])  # the raw view adds <bos><raw> ... </raw><eos>
+    doc_lengths, windows_words = file_lengths, WINDOW_WORDS[args.windows]
+    if args.doc_len is not None:
+        doc_lengths = np.array([args.doc_len])
+        windows_words = f"synthetic raw bytes in documents of {args.doc_len} symbols each"
     spm_model = train_spm(docs, preset.spm_vocab_size)
 
     results, work_kept = [], {}
@@ -511,8 +521,8 @@ def _run(args, preset, models, arms, argv: list[str]) -> int:
     command = "python tools/bench_train.py " + " ".join(argv)
     summary = (f"{device_name}, torch {torch.__version__}; matmul ceiling {matmul / 1e12:.1f} TFLOP/s "
                f"({preset.matmul_size}^3, {str(dtype).removeprefix('torch.')}); {args.warmup} warmup + {args.steps} "
-               f"timed steps per arm; windows: {WINDOW_WORDS[args.windows]}; corpus: {len(docs)} python-sources "
-               f"files (raw mean {doc_lengths.mean():,.0f} symbols); "
+               f"timed steps per arm; windows: {windows_words}; corpus: {len(docs)} python-sources "
+               f"files (raw mean {file_lengths.mean():,.0f} symbols); "
                f"{', '.join(f'{kept:.0%} ({name})' for name, kept in work_kept.items())} of causal attention inside "
                f"documents; data pipeline per view on one core of this host (spm vocab {preset.spm_vocab_size}, "
                f"zstd level 3)")
@@ -521,7 +531,8 @@ def _run(args, preset, models, arms, argv: list[str]) -> int:
         args.out.write_text(json.dumps({
             "device": device_name, "torch": torch.__version__, "command": command.strip(), "preset": args.sizes,
             "dtype": str(dtype), "matmul_size": preset.matmul_size, "matmul_flops": matmul, "warmup": args.warmup,
-            "steps": args.steps, "windows": args.windows, "causal_work": work_kept, "arms": results, "data": data,
+            "steps": args.steps, "windows": args.windows, "doc_len": args.doc_len, "causal_work": work_kept,
+            "arms": results, "data": data,
         }, indent=1))
     if args.record:
         stamp = datetime.date.today().isoformat()

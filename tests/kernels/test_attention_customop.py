@@ -88,6 +88,20 @@ def test_precomputed_document_bounds_equal_doc_ids():
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def test_eager_calls_skip_the_ops_and_equal_them():
+    """Outside torch.compile the entry point launches through its autograd.Function, not the ops' dispatcher (the
+    host cost), with the same launches: outputs and gradients equal the ops' bit for bit."""
+    q, k, v = _qkv(2, 4, 2, 37)
+    args = _op_args(q, True)
+    grad_out = torch.randn(q.shape, device=DEVICE)
+    eager = flash_attention(q, k, v, doc_bounds=args[:2], softmax_scale=args[3])
+    assert type(eager.grad_fn).__name__ == "_EagerAttentionBackward"
+    via_op = flash_attn_fwd(q, k, v, *args)[0]
+    for got, want in zip((eager, *torch.autograd.grad(eager, (q, k, v), grad_out)),
+                         (via_op, *torch.autograd.grad(via_op, (q, k, v), grad_out))):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_flash_attention_compiles_without_graph_breaks():
     q, k, v = _qkv(1, 2, 1, 33)
     doc_ids = _random_doc_ids(1, 33)
