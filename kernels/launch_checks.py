@@ -1,5 +1,4 @@
-"""Input checks shared by the launchers (each failure is one line naming the argument and the fix), and their
-host-side arithmetic."""
+"""Input checks shared by the launchers: each failure is one line naming the argument and the fix."""
 from __future__ import annotations
 
 import os
@@ -9,12 +8,6 @@ import torch
 
 class KernelInputError(ValueError):
     """A launcher was given tensors it cannot run on."""
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division for launch grids. triton.cdiv is a constexpr function whose every host call costs ~5 us
-    (measured on triton 3.6 and 3.9), a real share of a launch that should cost tens of microseconds."""
-    return -(-a // b)
 
 
 def interpreting() -> bool:

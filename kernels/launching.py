@@ -1,0 +1,70 @@
+"""Host side of a launch: grid arithmetic, and launching a built kernel without Triton's per-call dispatch.
+
+`kernel[grid](...)` binds and specializes every argument, hashes a cache key and checks the globals the kernel read,
+on every call: 22-37 us a launch on the H200 (triton 3.6), where the built kernel's own launcher takes ~9 us
+(BENCHMARKS.md, Kernels, 2026-12-04). The attention makes seven launches per forward + backward, so on short
+documents the GPU waited for the host. `Launcher` keeps the built kernels Triton returned, keyed by all that Triton
+specializes a build on and more (each scalar's exact value, each tensor's dtype and 16-byte alignment, the
+constexprs, warps, stages and device), and launches a key it has seen through that kernel's launcher, as Triton's own
+`run` does after its lookup. A new key goes through Triton, which builds or finds the right kernel and returns it.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+from triton.runtime.jit import JITFunction
+
+CACHE_LIMIT = 256  # keys per kernel; a caller cycling through more shapes starts over rather than grow without bound
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division for grids. triton.cdiv is a constexpr function whose every host call costs ~5 us."""
+    return -(-a // b)
+
+
+def _current_stream(device: int) -> int:
+    return triton.runtime.driver.active.get_current_stream(device)
+
+
+def _arg_key(value):
+    if isinstance(value, torch.Tensor):
+        return value.dtype, value.data_ptr() % 16 == 0
+    return value
+
+
+class Launcher:
+    """`Launcher(kernel)[grid](*args, **kwargs)`: the same call as `kernel[grid](...)`, minus Triton's dispatch once
+    a call with the same key has been made. Under the interpreter (or with a triton that lacks `knobs`, whose
+    launcher signature this relies on) every call goes through Triton."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel = kernel
+        self.direct = isinstance(kernel, JITFunction) and hasattr(triton, "knobs")
+        self.names = list(getattr(kernel, "arg_names", ()))
+        self.built: dict[tuple, object] = {}
+
+    def __getitem__(self, grid: tuple[int, ...]):
+        return lambda *args, **kwargs: self._launch(grid, args, kwargs)
+
+    def _launch(self, grid: tuple[int, ...], args: tuple, kwargs: dict) -> None:
+        if not self.direct:
+            self.kernel[grid](*args, **kwargs)
+            return
+        options = (kwargs.pop("num_warps", None), kwargs.pop("num_stages", None))
+        values = [*args, *(kwargs[name] for name in self.names[len(args):])]
+        device = torch.cuda.current_device()
+        key = (device, options, *map(_arg_key, values))
+        built = self.built.get(key)
+        if built is None:
+            if len(self.built) >= CACHE_LIMIT:
+                self.built.clear()
+            warps, stages = options
+            extra = {k: v for k, v in (("num_warps", warps), ("num_stages", stages)) if v is not None}
+            self.built[key] = self.kernel[grid](*args, **kwargs, **extra)
+            return
+        grid = (*grid, 1, 1)
+        stream = _current_stream(device)
+        hooks = triton.knobs.runtime
+        built.run(grid[0], grid[1], grid[2], stream, built.function, built.packed_metadata,
+                  built.launch_metadata(grid, stream, *values), hooks.launch_enter_hook, hooks.launch_exit_hook,
+                  *values)
