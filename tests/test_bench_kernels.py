@@ -21,10 +21,10 @@ def test_unknown_parts_are_refused_in_one_line(bench_kernels, monkeypatch, capsy
     with pytest.raises(SystemExit) as exit_info:
         bench_kernels.main()
     assert exit_info.value.code == 2
-    assert "--parts: choose from attention, embedding, flex, sweep" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--parts: choose from attention, embedding, flex, host, sweep" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("parts", ["embedding", "flex", "attention,flex"])
+@pytest.mark.parametrize("parts", ["embedding", "flex", "attention,flex", "host"])
 def test_valid_parts_reach_the_gpu_check(bench_kernels, monkeypatch, parts):
     monkeypatch.setattr(sys, "argv", ["bench_kernels.py", "--out", "x.json", "--parts", parts])
     monkeypatch.setattr(bench_kernels.torch.cuda, "is_available", lambda: False)
@@ -67,6 +67,15 @@ def test_flex_summary_states_ratios_per_row_and_records(bench_kernels, tmp_path)
     text = path.read_text()
     assert text.index("notes") < text.index("`python tools/bench_kernels.py --parts flex`") < text.index("## Later")
     assert table[2] in text
+
+
+def test_host_summary_compares_triton_dispatch_with_the_launcher(bench_kernels):
+    results = [dict(kind="host", impl=impl, B=1, H=1, S=256, D=64, docs=4, host_us=host, wall_us=host + 5)
+               for impl, host in (("launcher", 200.0), ("triton", 300.0), ("compiled", 900.0))]
+    rows, ratios = bench_kernels.summary(results)
+    assert ratios["host_S256_docs4_triton_vs_launcher"] == pytest.approx(1.5)
+    line = next(r for r in rows if r.startswith("(1, 1, 256, 64)"))
+    assert "200|205" in line and "300|305" in line and "900|905" in line and line.rstrip().endswith("1.50")
 
 
 def test_spm_doc_ids_are_the_spm_streams_windows(bench_kernels):

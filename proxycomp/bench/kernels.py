@@ -9,7 +9,11 @@ the same document ids) at 1, 8, 32 and 128 documents per row and on the spm prox
 full causal attention at 1 document; host-launched and as CUDA graphs (GPU time only); effective TFLOP/s count
 only the same-document causal pairs.
 
-    python tools/bench_kernels.py --out bench.json [--record] [--parts attention,embedding,flex,sweep]
+Host (`--parts host`): host microseconds per eager fwd+bwd call of ours, its launches through
+`kernels.launching.Launcher` and through Triton's own dispatch alternating in one process, and through
+torch.compile; at a shape where the GPU is never the bound and at the flex part's D=64 shape with 32 documents.
+
+    python tools/bench_kernels.py --out bench.json [--record] [--parts attention,embedding,flex,host,sweep]
 
 Each configuration is checked against SDPA (or torch) once before it is timed.
 """
@@ -20,6 +24,7 @@ import dataclasses
 import datetime
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +45,10 @@ DOCS_PER_SEQUENCE = 8
 # at the models' context, so the spm stream's windows fit either.
 FLEX_SHAPES = [(8, 12, 4096, 64), (4, 16, 4096, 128)]
 FLEX_DOCS = (1, 8, 32, 128, "spm")  # documents per row, or the spm proxy stream's windows
-PARTS = ("attention", "embedding", "flex", "sweep")  # --parts
+PARTS = ("attention", "embedding", "flex", "host", "sweep")  # --parts
+# The host part: (B, H, S, D, documents per row); the first leaves the GPU idle, so its times are the host's alone.
+HOST_CASES = [(1, 1, 256, 64, 4), (8, 12, 4096, 64, 32)]
+HOST_CALLS, HOST_ROUNDS = 200, 3
 BENCHMARKS_MD = Path("BENCHMARKS.md")  # --benchmarks' default
 
 
@@ -263,6 +271,67 @@ def bench_flex(results: list, gen_cpu, gen_cuda, spm_rows: torch.Tensor | None) 
             block_mask = None  # frees GPU memory; `del` would unbind a name the lambdas above read
 
 
+def _host_us(step) -> tuple[float, float]:
+    """(host, wall) us per call of `step` over HOST_CALLS calls after a warmup: issuing them, and to the GPU's end."""
+    for _ in range(10):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(HOST_CALLS):
+        step()
+    issued = time.perf_counter()
+    torch.cuda.synchronize()
+    return (issued - start) / HOST_CALLS * 1e6, (time.perf_counter() - start) / HOST_CALLS * 1e6
+
+
+def bench_host(results: list, gen_cpu, gen_cuda) -> None:
+    """Host us per fwd+bwd call (the time to issue HOST_CALLS calls, no sync inside) and wall us (synced), for the
+    launch paths in turn, HOST_ROUNDS rounds round-robin so that drift of the host falls on every path alike."""
+    from proxycomp.kernels import attention as A
+
+    launchers = (A._FWD, A._DELTA, A._DKDV, A._DQ)
+    for batch, heads, seq, dim, docs in HOST_CASES:
+        q, k, v = make_qkv(batch, heads, seq, dim, gen_cuda)
+        grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen_cuda)
+        bounds = document_bounds(random_doc_ids(batch, seq, gen_cpu, docs))
+        compiled = torch.compile(lambda q, k, v: flash_attention(q, k, v, doc_bounds=bounds))
+        paths = {"launcher": (True, flash_attention), "triton": (False, flash_attention),
+                 "compiled": (True, lambda q, k, v, doc_bounds: compiled(q, k, v))}
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in paths}
+        for _ in range(HOST_ROUNDS):
+            for name, (direct, fn) in paths.items():
+                for launcher in launchers:
+                    launcher.direct = direct
+                times[name].append(_host_us(lambda: fn(q, k, v, doc_bounds=bounds).backward(grad_out)))
+        for launcher in launchers:
+            launcher.direct = True
+        for name, rounds in times.items():
+            host, wall = (sorted(t[i] for t in rounds)[len(rounds) // 2] for i in (0, 1))
+            results.append(dict(kind="host", impl=name, B=batch, H=heads, S=seq, D=dim, docs=docs, host_us=host,
+                                wall_us=wall, rounds=rounds))
+            print(f"host {name:9s} {batch},{heads},{seq},{dim} docs={docs}: {host:.0f} us host, {wall:.0f} us wall "
+                  "per fwd+bwd", flush=True)
+
+
+def host_summary(results: list) -> tuple[list[str], dict]:
+    """One line per case: host|wall us per fwd+bwd of each launch path, and Triton's dispatch over the Launcher."""
+    host = [r for r in results if r["kind"] == "host"]
+    if not host:
+        return [], {}
+    impls = ("launcher", "triton", "compiled")
+    rows = ["host part: us per eager fwd+bwd call, host (issuing the calls)|wall (to the last kernel's end)",
+            f"{'(B,H,S,D)':18s} {'docs':>4s} " + " ".join(f"{i:>11s}" for i in impls) +
+            f" {'triton/launcher host':>21s}"]
+    ratios = {}
+    for case in dict.fromkeys((r["B"], r["H"], r["S"], r["D"], r["docs"]) for r in host):
+        by = {r["impl"]: r for r in host if (r["B"], r["H"], r["S"], r["D"], r["docs"]) == case}
+        ratio = by["triton"]["host_us"] / by["launcher"]["host_us"]
+        ratios[f"host_S{case[2]}_docs{case[4]}_triton_vs_launcher"] = ratio
+        rows.append(f"{str(case[:4]):18s} {case[4]:>4d} " +
+                    " ".join(f"{by[i]['host_us']:>5.0f}|{by[i]['wall_us']:<5.0f}" for i in impls) + f" {ratio:>21.2f}")
+    return rows, ratios
+
+
 def flex_summary(results: list) -> tuple[list[str], dict]:
     """One line per (shape, documents): fwd+bwd ms host-launched | as a CUDA graph per impl, the effective TFLOP/s
     of ours and Flex from the graph time, and Flex's time over ours (x faster than Flex)."""
@@ -434,9 +503,10 @@ def summary(results: list) -> tuple[list[str], dict]:
         rows.append(f"{f'emb+rmsnorm V={vocab}':22s} {'ours / torch':17s} {o['fwd_bwd_ms']:7.3f}ms "
                     f"{t['fwd_bwd_ms']:7.3f}ms")
         ratios[f"emb_rmsnorm_V{vocab}_vs_torch"] = t["fwd_bwd_ms"] / o["fwd_bwd_ms"]
-    flex_rows, flex_ratios = flex_summary(results)
-    rows += flex_rows
-    ratios.update(flex_ratios)
+    for part_summary in (flex_summary, host_summary):
+        part_rows, part_ratios = part_summary(results)
+        rows += part_rows
+        ratios.update(part_ratios)
     for r in results:
         if r["kind"] in ("sweep_fwd", "sweep_fwd_bwd"):
             what = "fwd" if r["kind"] == "sweep_fwd" else "f+b"
@@ -464,7 +534,8 @@ def main() -> None:
     parser.add_argument("--parts", default="attention,embedding",
                         help="comma-separated: attention (incl. document masking), embedding (fused with RMSNorm), "
                              "flex (document-masked attention beside FlexAttention at 1-128 documents per row and "
-                             "on the spm stream's windows), sweep (attention block configs at the models' shapes)")
+                             "on the spm stream's windows), host (host time per call of each launch path), sweep "
+                             "(attention block configs at the models' shapes)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -492,6 +563,8 @@ def main() -> None:
             print(f"flex: no spm row ({type(exc).__name__}: {exc})", flush=True)
             spm_rows = None
         bench_flex(results, gen_cpu, gen_cuda, spm_rows)
+    if "host" in parts:
+        bench_host(results, gen_cpu, gen_cuda)
     if "sweep" in parts:
         sweep_attention(results, gen_cuda)
         sweep_short(results, gen_cpu, gen_cuda)
