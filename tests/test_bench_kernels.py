@@ -21,7 +21,8 @@ def test_unknown_parts_are_refused_in_one_line(bench_kernels, monkeypatch, capsy
     with pytest.raises(SystemExit) as exit_info:
         bench_kernels.main()
     assert exit_info.value.code == 2
-    assert "--parts: choose from attention, embedding, flex, host, sweep" in capsys.readouterr().err.strip().splitlines()[-1]
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--parts: choose from attention, embedding, flex, host, sweep" in error
 
 
 @pytest.mark.parametrize("parts", ["embedding", "flex", "attention,flex", "host"])
