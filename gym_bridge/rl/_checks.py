@@ -3,6 +3,12 @@ from __future__ import annotations
 
 import torch
 
+from proxycomp.errors import UserError
+
+
+class RLConfigError(UserError):
+    """Bad config, paths or command-line flags: every RL config class raises it from its own checks."""
+
 
 def require_2d(name: str, x: torch.Tensor) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() != 2:

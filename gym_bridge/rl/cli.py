@@ -58,8 +58,6 @@ def parse_config(argv: Sequence[str]) -> tuple[RLConfig, RunArgs]:
         config = RLConfig(**{f.name: namespace[f.name] for f in dataclasses.fields(RLConfig)})
     except ArgumentError as err:
         raise RLConfigError(" ".join(str(err).split())) from None
-    except (ValueError, TypeError, KeyError) as err:  # a dataclass __post_init__ refused its values
-        raise RLConfigError(" ".join(str(err).strip("'\"").split())) from None
     args = RunArgs(Path(namespace.ckpt), Path(namespace.out), bool(namespace.resume), bool(namespace.warmstart_only))
     if args.warmstart_only and (args.resume or config.warmstart.steps == 0):
         raise RLConfigError("--warmstart_only needs warmstart.steps > 0 and no --resume")

@@ -12,14 +12,11 @@ from proxycomp.errors import UserError
 
 from ..config import EvalConfig
 from ..tasks import Task, list_tasks, load_task, load_task_set
+from ._checks import RLConfigError
 from .evaluation import EvaluationConfig
 from .rollout import RolloutConfig
 from .trainer import AlgorithmConfig
 from .warmstart import WarmStartConfig
-
-
-class RLConfigError(UserError):
-    """Bad config, paths or command-line flags."""
 
 
 @dataclass
@@ -47,14 +44,19 @@ class GymSettings:
     def __post_init__(self, size: str | None, correct_trials: int | None, timeout_s: float | None) -> None:
         given = (("size", str, size), ("correct_trials", int, correct_trials), ("timeout_s", float, timeout_s))
         old, default = {}, EvalConfig()
-        try:  # jsonargparse leaves an InitVar's value unchecked
-            old = {name: kind(value) for name, kind, value in given if value is not None}
-            for name, value in old.items():  # both names set to different values: which one was meant is unknown
-                if getattr(self.eval, name) not in (value, getattr(default, name)):
-                    raise ValueError(f"differs from gym.eval.{name}; give gym.eval.{name} alone")
+        for name, kind, value in given:
+            if value is None:
+                continue
+            try:  # jsonargparse leaves an InitVar's value unchecked
+                old[name] = kind(value)
+            except ValueError:
+                raise RLConfigError(f"gym.{name}: {value!r} is not a {kind.__name__}") from None
+            if getattr(self.eval, name) not in (old[name], getattr(default, name)):  # which one was meant is unknown
+                raise RLConfigError(f"gym.{name}: differs from gym.eval.{name}; give gym.eval.{name} alone")
+        try:
             self.eval = dataclasses.replace(self.eval, **old)
-        except ValueError as err:
-            raise ValueError(f"gym.{', gym.'.join(old) or 'eval'}: {err}") from None
+        except UserError as err:  # EvalConfig's own refusal, under the names this config was given
+            raise RLConfigError(f"gym.{', gym.'.join(old)}: {err}") from None
 
 
 @dataclass
@@ -74,7 +76,7 @@ class FabricSettings:
 
     def __post_init__(self) -> None:
         if self.matmul_precision not in ("highest", "high", "medium"):
-            raise ValueError(f"fabric.matmul_precision: {self.matmul_precision!r} is not highest, high or medium")
+            raise RLConfigError(f"fabric.matmul_precision: {self.matmul_precision!r} is not highest, high or medium")
 
     def build(self, seed: int):
         """A one-device Fabric with atomic checkpoints, seeded, and this process's matmul precision set."""
@@ -144,11 +146,11 @@ class RLConfig:
 
     def __post_init__(self) -> None:
         if self.max_time_s is not None and self.max_time_s <= 0:
-            raise ValueError(f"max_time_s: must be > 0 seconds (or null for no limit), got {self.max_time_s}")
+            raise RLConfigError(f"max_time_s: must be > 0 seconds (or null for no limit), got {self.max_time_s}")
         if self.evaluation.splits and self.task_set is None:
-            raise ValueError(f"evaluation.splits {self.evaluation.splits}: needs task_set, the folder they split")
+            raise RLConfigError(f"evaluation.splits {self.evaluation.splits}: needs task_set, the folder they split")
         if self.tasks_per_step < 1:  # refused here, before a warm start and an evaluation run for nothing
-            raise ValueError(f"tasks_per_step: must be >= 1, got {self.tasks_per_step}")
+            raise RLConfigError(f"tasks_per_step: must be >= 1, got {self.tasks_per_step}")
 
     def evaluated_settings(self) -> dict:
         """The fields that decide what the held-out evaluation of a given model measures."""

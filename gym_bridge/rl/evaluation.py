@@ -23,6 +23,7 @@ from ..config import SIZES
 from ..evaluator import Evaluator
 from ..policy import Policy
 from ..tasks import Task
+from ._checks import RLConfigError
 from .code_bpb import CodeBpb
 from .episode import rollout_metrics
 from .rollout import RolloutConfig, run_episodes
@@ -68,12 +69,12 @@ class EvaluationConfig:
 
     def __post_init__(self) -> None:
         if self.samples_per_task < 1 or self.turns < 1 or (self.max_tasks is not None and self.max_tasks < 1):
-            raise ValueError("evaluation.samples_per_task, evaluation.turns and evaluation.max_tasks: must be >= 1")
+            raise RLConfigError("evaluation.samples_per_task, evaluation.turns and evaluation.max_tasks: must be >= 1")
         if self.code_bytes < 0:
-            raise ValueError(f"evaluation.code_bytes: must be >= 0 (0: no report), got {self.code_bytes}")
+            raise RLConfigError(f"evaluation.code_bytes: must be >= 0 (0: no report), got {self.code_bytes}")
         unknown = [size for size in self.sizes if size not in SIZES]
         if unknown or not self.sizes:
-            raise ValueError(f"evaluation.sizes: {unknown or 'empty'}; use sizes from {', '.join(SIZES)}")
+            raise RLConfigError(f"evaluation.sizes: {unknown or 'empty'}; use sizes from {', '.join(SIZES)}")
 
 
 @dataclass

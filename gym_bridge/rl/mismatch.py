@@ -21,7 +21,7 @@ from typing import Literal
 
 import torch
 
-from ._checks import require_2d, require_bool, require_same_shape
+from ._checks import RLConfigError, require_2d, require_bool, require_same_shape
 
 
 @dataclass(frozen=True)
@@ -48,17 +48,18 @@ class MismatchConfig:
 
     def __post_init__(self) -> None:
         if self.rejection not in ("geometric", "none"):
-            raise ValueError(f"MismatchConfig.rejection: expected 'geometric' or 'none', got {self.rejection!r}")
+            raise RLConfigError(f"MismatchConfig.rejection: expected 'geometric' or 'none', got {self.rejection!r}")
         if self.tis not in ("none", "token", "sequence"):
-            raise ValueError(f"MismatchConfig.tis: expected 'none', 'token' or 'sequence', got {self.tis!r}")
+            raise RLConfigError(f"MismatchConfig.tis: expected 'none', 'token' or 'sequence', got {self.tis!r}")
         if not 0.0 < self.lower <= 1.0 <= self.upper:
-            raise ValueError(f"MismatchConfig: need 0 < lower <= 1 <= upper, got lower={self.lower} upper={self.upper}")
+            raise RLConfigError(f"MismatchConfig: need 0 < lower <= 1 <= upper, got lower={self.lower} "
+                                f"upper={self.upper}")
         if self.veto_threshold is not None and not 0.0 < self.veto_threshold < 1.0:
-            raise ValueError(f"MismatchConfig.veto_threshold: must be in (0, 1) or None, got {self.veto_threshold}")
+            raise RLConfigError(f"MismatchConfig.veto_threshold: must be in (0, 1) or None, got {self.veto_threshold}")
         if self.tis_cap < 1.0:
-            raise ValueError(f"MismatchConfig.tis_cap: must be >= 1, got {self.tis_cap}")
+            raise RLConfigError(f"MismatchConfig.tis_cap: must be >= 1, got {self.tis_cap}")
         if self.log_clamp <= 0.0:
-            raise ValueError(f"MismatchConfig.log_clamp: must be > 0, got {self.log_clamp}")
+            raise RLConfigError(f"MismatchConfig.log_clamp: must be > 0, got {self.log_clamp}")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Literal
 
 import torch
 
-from ._checks import require_2d, require_same_shape
+from ._checks import RLConfigError, require_2d, require_same_shape
 
 Aggregation = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
 AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
@@ -42,15 +42,15 @@ class PolicyLossConfig:
 
     def __post_init__(self) -> None:
         if not 0.0 < self.clip_low < 1.0:
-            raise ValueError(f"PolicyLossConfig.clip_low: must be in (0, 1), got {self.clip_low}")
+            raise RLConfigError(f"PolicyLossConfig.clip_low: must be in (0, 1), got {self.clip_low}")
         if self.clip_high <= 0.0:
-            raise ValueError(f"PolicyLossConfig.clip_high: must be > 0, got {self.clip_high}")
+            raise RLConfigError(f"PolicyLossConfig.clip_high: must be > 0, got {self.clip_high}")
         if self.dual_clip is not None and self.dual_clip <= 1.0:
-            raise ValueError(f"PolicyLossConfig.dual_clip: must be > 1 or None, got {self.dual_clip}")
+            raise RLConfigError(f"PolicyLossConfig.dual_clip: must be > 1 or None, got {self.dual_clip}")
         if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"PolicyLossConfig.aggregation: {self.aggregation!r} is not one of {AGGREGATIONS}")
+            raise RLConfigError(f"PolicyLossConfig.aggregation: {self.aggregation!r} is not one of {AGGREGATIONS}")
         if self.kl_coef < 0.0:
-            raise ValueError(f"PolicyLossConfig.kl_coef: must be >= 0, got {self.kl_coef}")
+            raise RLConfigError(f"PolicyLossConfig.kl_coef: must be >= 0, got {self.kl_coef}")
 
 
 @dataclass(frozen=True)

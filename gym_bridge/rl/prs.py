@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import require_bool, require_same_shape
+from ._checks import RLConfigError, require_bool, require_same_shape
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,9 @@ class PRSConfig:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"PRSConfig.threshold: must be in [0, 1], got {self.threshold}")
+            raise RLConfigError(f"PRSConfig.threshold: must be in [0, 1], got {self.threshold}")
         if self.scale <= 0.0:
-            raise ValueError(f"PRSConfig.scale: must be > 0, got {self.scale}")
+            raise RLConfigError(f"PRSConfig.scale: must be > 0, got {self.scale}")
 
 
 @dataclass(frozen=True)

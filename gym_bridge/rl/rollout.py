@@ -35,6 +35,7 @@ from ..extract import extract_code
 from ..policy import Policy, Sample
 from ..result import EvalResult
 from ..tasks import Task
+from ._checks import RLConfigError
 from .episode import DEFAULT_INSTRUCTIONS, Trajectory, Turn, first_prompt, next_prompt
 
 
@@ -65,10 +66,11 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         if self.turns < 1 or self.samples_per_task < 1 or self.max_bytes < 1 or self.overlap_groups < 1:
-            raise ValueError("rollout.turns, rollout.samples_per_task, rollout.max_bytes and rollout.overlap_groups: "
-                             "must be >= 1")
+            raise RLConfigError("rollout.turns, rollout.samples_per_task, rollout.max_bytes and "
+                                "rollout.overlap_groups: must be >= 1")
         if self.temperature <= 0 or not 0 < self.top_p <= 1:
-            raise ValueError(f"rollout: need temperature > 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}")
+            raise RLConfigError(f"rollout: need temperature > 0 and 0 < top_p <= 1, got {self.temperature}, "
+                                f"{self.top_p}")
 
 
 def turn_from_result(prompt: str, sample: Sample, result: EvalResult) -> Turn:

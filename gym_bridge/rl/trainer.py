@@ -35,10 +35,11 @@ from ..evaluator import Evaluator
 from ..policy import ByteLMPolicy
 from ..result import mean_stages
 from ..tasks import Task
+from ._checks import RLConfigError
 from .advantages import get_estimator
 from .episode import Trajectory, rollout_metrics, stack_turns
-from .policy_loss import PolicyLossConfig, policy_loss
 from .mismatch import MismatchConfig, correct_mismatch
+from .policy_loss import PolicyLossConfig, policy_loss
 from .prs import PRSConfig, band, profiling_rejection
 from .returns import reward_to_go
 from .rollout import RolloutConfig, run_episodes
@@ -82,15 +83,18 @@ class AlgorithmConfig:
     mismatch: MismatchConfig = field(default_factory=MismatchConfig)
 
     def __post_init__(self) -> None:
-        estimator = get_estimator(self.estimator)  # unknown names fail here, with the known ones listed
+        try:  # unknown names fail here, with the known ones listed
+            estimator = get_estimator(self.estimator)
+        except KeyError as err:
+            raise RLConfigError(f"algorithm.estimator: {err.args[0]}") from None
         try:  # an option the estimator does not take fails here too, not at the first step
             estimator(torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, dtype=torch.long),
                       **self.estimator_options)
         except TypeError as err:
-            raise ValueError(f"algorithm.estimator_options: {self.estimator} refuses {self.estimator_options} "
-                             f"({err})") from None
+            raise RLConfigError(f"algorithm.estimator_options: {self.estimator} refuses {self.estimator_options} "
+                                f"({err})") from None
         if self.lr <= 0 or self.grad_clip <= 0 or self.updates_per_step < 1 or self.micro_batch < 1:
-            raise ValueError("algorithm: need lr > 0, grad_clip > 0, updates_per_step >= 1 and micro_batch >= 1")
+            raise RLConfigError("algorithm: need lr > 0, grad_clip > 0, updates_per_step >= 1 and micro_batch >= 1")
 
 
 @dataclass

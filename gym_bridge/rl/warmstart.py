@@ -30,8 +30,15 @@ from pathlib import Path
 
 import torch
 
-from proxycomp.checkpoint import lm_from_checkpoint, lm_state, model_weights, read_checkpoint, reading, save_lm, \
-    spm_model_of
+from proxycomp.checkpoint import (
+    lm_from_checkpoint,
+    lm_state,
+    model_weights,
+    read_checkpoint,
+    reading,
+    save_lm,
+    spm_model_of,
+)
 from proxycomp.defaults import GRAD_CLIP
 from proxycomp.errors import UserError
 from proxycomp.files import write_atomic
@@ -43,6 +50,7 @@ from ..family.broken import BROKEN_KINDS as FAMILY_BROKEN_KINDS
 from ..family.files import read_broken
 from ..policy import ByteLMPolicy, Policy
 from ..tasks import Task
+from ._checks import RLConfigError
 from .episode import DEFAULT_INSTRUCTIONS, Trajectory, Turn, first_prompt, next_prompt
 from .rollout import RolloutConfig
 
@@ -116,12 +124,13 @@ class WarmStartConfig:
 
     def __post_init__(self) -> None:
         if self.steps < 0 or self.batch_size < 1 or self.lr <= 0 or self.log_every < 1 or self.save_every < 1:
-            raise UserError("warmstart: need steps >= 0, batch_size >= 1, lr > 0, log_every >= 1 and save_every >= 1")
+            raise RLConfigError("warmstart: need steps >= 0, batch_size >= 1, lr > 0, log_every >= 1 and "
+                                "save_every >= 1")
         if self.label_tasks is not None and self.label_tasks < 0:
-            raise UserError(f"warmstart.label_tasks: must be >= 0 (or null for all), got {self.label_tasks}")
+            raise RLConfigError(f"warmstart.label_tasks: must be >= 0 (or null for all), got {self.label_tasks}")
         for name in ("fix_share", "first_turn_broken_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise UserError(f"warmstart.{name}: must be in [0, 1], got {getattr(self, name)}")
+                raise RLConfigError(f"warmstart.{name}: must be in [0, 1], got {getattr(self, name)}")
 
 
 def reply_text(code: str) -> str:
