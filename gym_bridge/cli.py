@@ -251,11 +251,8 @@ def _cmd_generate(args) -> int:
     from .family.generate import generate_family
 
     started = time.monotonic()
-    try:
-        family = generate_family(args.n, args.seed, args.heldout_fraction)
-        folders = write_family(family, args.out)
-    except (ValueError, FileExistsError) as err:
-        raise UserError(str(err)) from None
+    family = generate_family(args.n, args.seed, args.heldout_fraction)
+    folders = write_family(family, args.out)
     counts = {name: len(family.split(name)) for name in ("train", "heldout")}
     print(f"{counts['train']} train and {counts['heldout']} held-out tasks (held-out ops: "
           f"{', '.join(family.heldout_ops)}) in {folders['tasks']}, solutions in {folders['solutions']}, broken "

@@ -7,6 +7,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from proxycomp.errors import UserError
+
 from ..tasks import SPLITS_FILE
 from .broken import BROKEN_KINDS
 from .generate import Family
@@ -19,7 +21,7 @@ def write_family(family: Family, out: Path) -> dict[str, Path]:
     out = Path(out)
     folders = {name: out / name for name in ("tasks", "solutions", "broken", "corpus")}
     if (folders["tasks"] / SPLITS_FILE).exists():
-        raise FileExistsError(f"{out} already holds a task family; choose another folder")
+        raise UserError(f"{out} already holds a task family; choose another folder")
     for folder in folders.values():
         folder.mkdir(parents=True, exist_ok=True)
     for task in family.tasks:

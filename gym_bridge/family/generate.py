@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from proxycomp.errors import UserError
+
 from .broken import broken_variants
 from .ops import OPS, TEMPLATES, Composition
 from .render import describe, render_solution, render_task
@@ -42,7 +44,7 @@ def generate_family(n: int, seed: int, heldout_fraction: float = 0.1) -> Family:
     """``n`` tasks, ``round(n * heldout_fraction)`` of them held out (half with a held-out op, half with a reserved
     composition of seen ops), the same for the same arguments."""
     if n < 2 or not 0.0 < heldout_fraction < 1.0:
-        raise ValueError(f"need n >= 2 and 0 < heldout_fraction < 1, got n={n}, heldout_fraction={heldout_fraction}")
+        raise UserError(f"need n >= 2 and 0 < heldout_fraction < 1, got n={n}, heldout_fraction={heldout_fraction}")
     held = set(heldout_ops(seed))
     seen_pool = {kind: [op for op in OPS.values() if op.kind == kind and op.name not in held]
                  for kind in ("unary", "binary", "param", "reduce", "norm")}
