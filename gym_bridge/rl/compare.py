@@ -12,8 +12,9 @@
 3. OUT/summary.md and summary.json hold, per run and evaluated set (e.g. the family's held-out split and the
    shipped tasks), correct@turn0, correct@any-turn, fast@1.2 at turn 0 and at the best turn, before and after RL,
    each with a 95% Wilson interval over the set's episodes, the gym's verdict counts (hacks included), every
-   difference that matters (each arm after vs before, the arms against each other after RL) with "inside the
-   noise" where the intervals overlap, and the per-step training means; OUT/rl_curves.png plots the latter.
+   difference that matters (each arm after vs before, the arms against each other after RL) as a mean over tasks
+   with its 95% paired-bootstrap interval (the tasks resampled; "inside the noise" when it holds 0), and the
+   per-step training means; OUT/rl_curves.png plots the latter.
 A run that fails leaves its log and makes the exit status non-zero; the others still finish and are summarised.
 With --resume, a run with a checkpoint continues from it (`proxycomp rl --resume`), a finished run (evaluated after
 the steps now asked for) is left alone, and a run killed before its first checkpoint starts again; so a comparison
@@ -27,7 +28,6 @@ evaluated.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import subprocess
 import sys
@@ -37,10 +37,11 @@ from pathlib import Path
 from proxycomp.command import command_parser
 from proxycomp.files import write_atomic
 
+from .stats import paired_bootstrap, wilson
+
 STEP_COLUMNS = ("reward/mean", "correct/any", "fast@1.2/best")
 # Per-episode proportions of the held-out evaluation, each with a 95% Wilson score interval.
 PROPORTIONS = ("correct/turn0", "correct/any", "fast@1.2/turn0", "fast@1.2/best")
-Z95 = 1.959963984540054
 MIN_EPISODES = 64  # fewer evaluation episodes per set and arm give intervals too wide to separate estimators
 
 
@@ -76,19 +77,6 @@ def finished(run: Path, steps: int) -> bool:
     return (run / "eval_after.json").is_file() and steps_done(run) >= steps
 
 
-def wilson(successes: float, n: float, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion: sound for small n and for p near 0 or 1, where the normal
-    approximation is not. Episodes are taken as independent (samples of one task are not quite: keep
-    samples_per_task small and the tasks many)."""
-    if n <= 0:
-        return math.nan, math.nan
-    p = successes / n
-    scale = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / scale
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / scale
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def _interval(row: dict, metric: str) -> tuple[float, float, float]:
     """(proportion, low, high) of a metric over the row's episodes."""
     n, p = row["metrics"]["episodes"], row["metrics"][metric]
@@ -101,24 +89,40 @@ def _set_rows(results: dict[str, dict]) -> list[tuple[str, str, dict]]:
             for row in result[when] if row["task"] == "all"]
 
 
+def _per_task(results: dict[str, dict]) -> dict[tuple[str, str, str, str], dict[str, dict]]:
+    """(estimator, before/after, size, set) -> {task: row} of the per-task rows."""
+    per_task: dict[tuple[str, str, str, str], dict[str, dict]] = {}
+    for name, result in results.items():
+        for when in ("before", "after"):
+            for row in result[when]:
+                if row["task"] != "all":
+                    per_task.setdefault((name, when, row["size"], row["split"]), {})[row["task"]] = row
+    return per_task
+
+
 def _differences(results: dict[str, dict]) -> list[str]:
-    """Each arm after RL against before, and the arms against each other after RL, per set and proportion;
-    a difference whose 95% intervals overlap is reported as inside the noise."""
-    rows = {(name, when, row["size"], row["split"]): row for name, when, row in _set_rows(results)}
+    """Each arm after RL against before, and the arms against each other after RL, per set and proportion: the mean
+    of the per-task differences (weighted by episodes) with its 95% paired-bootstrap interval over tasks, "inside the
+    noise" when the interval holds 0."""
+    per_task = _per_task(results)
     names = list(results)
     pairs = [((n, "after"), (n, "before")) for n in names] + \
         [((a, "after"), (b, "after")) for i, a in enumerate(names) for b in names[i + 1:]]
     lines = []
-    for size, split in dict.fromkeys((size, split) for _, _, size, split in rows):
+    for size, split in dict.fromkeys((size, split) for _, _, size, split in per_task):
         for (a, a_when), (b, b_when) in pairs:
-            first, second = rows.get((a, a_when, size, split)), rows.get((b, b_when, size, split))
-            if first is None or second is None:
+            first, second = per_task.get((a, a_when, size, split)), per_task.get((b, b_when, size, split))
+            tasks = sorted(first.keys() & second.keys()) if first and second else []
+            if not tasks:
                 continue
+            phases = first[tasks[0]]["phase"], second[tasks[0]]["phase"]
+            weights = [first[t]["metrics"]["episodes"] for t in tasks]
             for metric in PROPORTIONS:
-                (p, lo, hi), (q, lo2, hi2) = _interval(first, metric), _interval(second, metric)
-                verdict = "inside the noise (95% intervals overlap)" if lo <= hi2 and lo2 <= hi else "outside the noise"
-                lines.append(f"- {split} ({size}) {metric}: {a} {first['phase']} {p:.3f} [{lo:.3f}, {hi:.3f}] vs {b} "
-                             f"{second['phase']} {q:.3f} [{lo2:.3f}, {hi2:.3f}]: {p - q:+.3f}, {verdict}")
+                diff, low, high = paired_bootstrap([first[t]["metrics"][metric] for t in tasks],
+                                                   [second[t]["metrics"][metric] for t in tasks], weights)
+                verdict = "inside the noise (the interval holds 0)" if low <= 0 <= high else "outside the noise"
+                lines.append(f"- {split} ({size}) {metric}: {a} {phases[0]} vs {b} {phases[1]}, {len(tasks)} tasks: "
+                             f"{diff:+.3f} [{low:+.3f}, {high:+.3f}], {verdict}")
     return lines
 
 

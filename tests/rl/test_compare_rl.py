@@ -100,33 +100,46 @@ def test_a_bad_time_budget_fails_before_any_run(compare_rl, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_wilson_interval_matches_known_values(compare_rl):
-    low, high = compare_rl.wilson(8, 64)  # 0.125 of 64: the textbook Wilson interval
-    assert (round(low, 4), round(high, 4)) == (0.0647, 0.2277)
-    assert compare_rl.wilson(0, 10)[0] == 0.0 and compare_rl.wilson(10, 10)[1] == pytest.approx(1.0)
+def _rows(phase, correct_any, tasks=8, episodes=8, **counts):
+    """Per-task rows with correct/any = correct_any[i % len] and the "all" row of their mean."""
+    values = [correct_any[i % len(correct_any)] for i in range(tasks)]
 
-
-def _row(phase, correct_any, episodes=64, **counts):
-    metrics = {"episodes": episodes, "correct/turn0": 0.1, "correct/any": correct_any, "fast@1.2/turn0": 0.0,
-               "fast@1.2/best": 0.05, **counts}
-    return {"phase": phase, "size": "gpu_heldout", "split": "heldout", "task": "all", "metrics": metrics}
+    def row(task, value, n):
+        metrics = {"episodes": n, "correct/turn0": 0.1, "correct/any": value, "fast@1.2/turn0": 0.0,
+                   "fast@1.2/best": 0.05, **(counts if task == "all" else {})}
+        return {"phase": phase, "size": "gpu_heldout", "split": "heldout", "task": task, "metrics": metrics}
+    return [row(f"t{i}", v, episodes) for i, v in enumerate(values)] + \
+        [row("all", sum(values) / tasks, episodes * tasks)]
 
 
 def test_summary_gives_intervals_verdicts_and_says_what_is_inside_the_noise(compare_rl):
-    before = _row("before RL (after SFT)", 0.25, **{"verdict/ok": 20, "verdict/incorrect": 108})
+    before = _rows("before RL (after SFT)", [0.25], **{"verdict/ok": 20, "verdict/incorrect": 108})
     results = {
-        "trloo": {"before": [before], "after": [_row("after 10 steps", 0.6, **{"verdict/ok": 70, "hack/decoy": 2})],
+        "trloo": {"before": before, "after": _rows("after 10 steps", [0.5, 0.75], **{"verdict/ok": 70,
+                                                                                      "hack/decoy": 2}),
                   "steps": []},
-        "grpo": {"before": [before], "after": [_row("after 10 steps", 0.5, episodes=32)], "steps": []},
+        # grpo: some tasks up, some down, by the same sizes as trloo's gains
+        "grpo": {"before": before, "after": _rows("after 10 steps", [0.0, 0.5, 0.25, 0.75], tasks=8, episodes=4),
+                 "steps": []},
     }
     table = compare_rl.summary_markdown(results)
-    assert ("| trloo | after 10 steps | gpu_heldout | heldout | 64 | 0.100 [0.044, 0.190] | 0.600 [0.471, 0.705] |"
+    assert ("| trloo | after 10 steps | gpu_heldout | heldout | 64 | 0.100 [0.044, 0.190] | 0.625 [0.503, 0.733] |"
             in table)
     assert "| hack/decoy | verdict/incorrect | verdict/ok |" in table
     assert "| trloo | after 10 steps | gpu_heldout | heldout | 2 | 0 | 70 |" in table
     assert "Fewer than 64 episodes" in table and "heldout (grpo, after 10 steps)" in table
     correct_any = [line for line in table.splitlines() if line.startswith("- heldout (gpu_heldout) correct/any:")]
     assert len(correct_any) == 3  # trloo after vs before, grpo after vs before, trloo vs grpo after
-    outside = [line for line in correct_any if line.endswith("outside the noise")]
-    assert len(outside) == 1 and "trloo after 10 steps 0.600" in outside[0] and "+0.350" in outside[0]
-    assert any(" vs grpo after 10 steps" in line and "+0.100, inside the noise" in line for line in correct_any)
+    trloo, grpo, versus = correct_any
+    assert "trloo after 10 steps vs trloo before RL (after SFT), 8 tasks: +0.375 [+0.2" in trloo
+    assert trloo.endswith("outside the noise")  # every task gained: the paired interval stays above 0
+    assert "+0.125" in grpo and grpo.endswith("inside the noise (the interval holds 0)")
+    assert "8 tasks: +0.250" in versus
+
+
+def test_differences_pair_tasks_and_leave_out_unpaired_ones(compare_rl):
+    before = _rows("before", [0.25], tasks=4)
+    after = _rows("after", [0.5], tasks=4)[1:]  # t0 was not evaluated after
+    lines = compare_rl._differences({"trloo": {"before": before, "after": after, "steps": []}})
+    assert lines and all(", 3 tasks: +0.250 [+0.250, +0.250], outside the noise" in line
+                         for line in lines if "correct/any" in line)
