@@ -34,11 +34,26 @@ def write_family(family: Family, out: Path) -> dict[str, Path]:
     splits = {name: [t.stem for t in family.split(name)] for name in ("train", "heldout")}
     (folders["tasks"] / SPLITS_FILE).write_text(json.dumps(splits, indent=1) + "\n")
     manifest = {"seed": family.seed, "heldout_ops": list(family.heldout_ops),
-                "tasks": [{"stem": t.stem, "split": t.split, **asdict(t.composition), "broken": sorted(t.broken),
+                "tasks": [{"stem": t.stem, "split": t.split, "bucket": t.bucket, **asdict(t.composition),
+                           "broken": sorted(t.broken),
                            "changes": {kind: [s.op for s in c.steps] for kind, c in t.changes.items()}}
                           for t in family.tasks]}
     (out / "family.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return folders
+
+
+def read_buckets(tasks_folder: Path) -> dict[str, str]:
+    """Each generated task's bucket by stem, from the manifest beside a family's ``tasks/`` folder; empty for a task
+    set that is not a generated family (or one written before buckets were recorded)."""
+    path = Path(tasks_folder).parent / "family.json"
+    if not path.is_file():
+        return {}
+    try:
+        tasks = json.loads(path.read_text())["tasks"]
+        return {t["stem"]: t["bucket"] for t in tasks if "bucket" in t}
+    except (ValueError, KeyError, TypeError) as err:
+        raise UserError(f"{path}: not a task family manifest ({type(err).__name__}: {err}); regenerate the family "
+                        "with `proxycomp gym generate` or remove the file") from None
 
 
 def read_broken(task_path: Path) -> dict[str, str]:

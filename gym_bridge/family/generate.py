@@ -24,6 +24,7 @@ class GeneratedTask:
     solution: str
     broken: dict[str, str] = field(default_factory=dict)  # kind: code
     changes: dict[str, Composition] = field(default_factory=dict)  # kind: what wrong_op/missing_op code computes
+    bucket: str = "train"  # train, heldout_op (uses a held-out op) or heldout_composition (a reserved composition)
 
 
 @dataclass
@@ -78,5 +79,5 @@ def generate_family(n: int, seed: int, heldout_fraction: float = 0.1) -> Family:
         split = "train" if bucket == "train" else "heldout"
         broken, changes = broken_variants(rng, comp, sizes, doc, lambda c: split == "heldout" or accepts("train", c))
         tasks.append(GeneratedTask(_stem(index, comp), split, comp, source, render_solution(comp, doc), broken,
-                                   changes))
+                                   changes, bucket))
     return Family(seed, tuple(sorted(held)), tasks)

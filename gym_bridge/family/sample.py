@@ -92,12 +92,20 @@ def is_reserved(signature: tuple[str, ...], seed: int) -> bool:
     return int.from_bytes(digest, "big") % 1000 < RESERVED_SHARE * 1000
 
 
+def inside_another(op: Op) -> bool:
+    """Whether the op's Triton code (its expression, for a one-statement op) stands verbatim in another op's: held
+    out, its code would still be in the train solutions (relu's ``tl.maximum({x}, 0.0)`` is inside relu6's)."""
+    code = op.triton.split(" = ", 1)[1] if "\n" not in op.triton else op.triton
+    return any(code in other.triton for other in OPS.values() if other.name != op.name)
+
+
 def heldout_ops(seed: int) -> tuple[str, ...]:
-    """The ops no train task uses: HELD_OUT_PER_KIND of each kind, drawn from ``seed`` alone."""
+    """The ops no train task uses: HELD_OUT_PER_KIND of each kind, drawn from ``seed`` alone among the holdable ops
+    whose code no other op contains."""
     rng = random.Random(f"heldout-ops:{seed}")
     chosen = []
     for kind, count in HELD_OUT_PER_KIND.items():
-        candidates = [op.name for op in OPS.values() if op.kind == kind and op.holdable]
+        candidates = [op.name for op in OPS.values() if op.kind == kind and op.holdable and not inside_another(op)]
         chosen += rng.sample(candidates, count)
     return tuple(sorted(chosen))
 

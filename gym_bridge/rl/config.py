@@ -11,9 +11,10 @@ from proxycomp.defaults import default_precision
 from proxycomp.errors import UserError
 
 from ..config import EvalConfig
+from ..family.files import read_buckets
 from ..tasks import Task, list_tasks, load_task, load_task_set
 from ._checks import RLConfigError
-from .evaluation import EvaluationConfig
+from .evaluation import EvaluationConfig, draw_evaluated
 from .rollout import RolloutConfig
 from .trainer import AlgorithmConfig
 from .warmstart import WarmStartConfig
@@ -164,7 +165,15 @@ class RLConfig:
         if not train:  # refused before a warm start and an evaluation run for nothing
             where = f"split {self.train_split!r} of {self.task_set}" if task_set is not None else "tasks"
             raise RLConfigError(f"no train tasks in {where}: RL needs at least one")
-        sets = {split: task_set.split(split)[:evaluation.max_tasks] for split in evaluation.splits}
+        sets = {}
+        buckets = read_buckets(task_set.root) if task_set is not None else {}
+        for split in evaluation.splits:
+            groups: dict[str, list[Task]] = {}
+            for task in task_set.split(split):
+                groups.setdefault(buckets.get(task.name, split), []).append(task)
+            for bucket, tasks in groups.items():  # a generated family's held-out buckets are reported apart
+                name = split if len(groups) == 1 else f"{split}:{bucket.removeprefix(split + '_')}"
+                sets[name] = draw_evaluated(tasks, evaluation.max_tasks, evaluation.seed)
         if evaluation.tasks:
             sets["tasks"] = [load_task(name) for name in evaluation.tasks]
         if evaluation.shipped:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -41,7 +42,9 @@ class EvaluationConfig:
         tasks: shipped task names or task files, the set "tasks"
         splits: splits of RLConfig.task_set, one set each, e.g. [heldout]
         shipped: also the shipped tasks, the set "shipped" (a second held-out set)
-        max_tasks: the first N tasks (by name) of each split, to fit a budget; null: all
+        max_tasks: N tasks of each evaluated set, to fit a budget, drawn across its templates (round-robin over the
+            task categories, each shuffled by `seed`); null: all. A generated family's split is evaluated per bucket
+            (held-out op, reserved composition), each its own set "SPLIT:BUCKET" with its own N
         sizes: gym problem sizes, e.g. [gpu_heldout]
         samples_per_task: episodes per task: a set's episodes are samples_per_task x its tasks
         turns: most turns per episode
@@ -84,6 +87,20 @@ class EvalRow:
     split: str  # the evaluated set: a split of the task set, "tasks", "shipped" or "train"
     task: str  # a task name, or "all"
     metrics: dict[str, float]
+
+
+def draw_evaluated(tasks: Sequence[Task], n: int | None, seed: int) -> list[Task]:
+    """`n` of `tasks` spread over their templates: each category's tasks shuffled by `seed`, then taken in turn, one
+    per category, so a budget cut keeps every template (the tasks in file-name order when n covers them all)."""
+    if n is None or n >= len(tasks):
+        return list(tasks)
+    rng = random.Random(f"evaluated:{seed}")
+    by_category: dict[str, list[Task]] = {}
+    for task in tasks:
+        by_category.setdefault(task.category, []).append(task)
+    queues = [rng.sample(group, len(group)) for _, group in sorted(by_category.items())]
+    drawn = [queue[i] for i in range(max(map(len, queues))) for queue in queues if i < len(queue)][:n]
+    return sorted(drawn, key=lambda task: task.name)
 
 
 def evaluate_policy(

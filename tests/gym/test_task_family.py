@@ -123,3 +123,21 @@ def test_sampled_solutions_compile_for_hopper(written, family):
 def test_every_op_is_written_for_both_sides():
     for op in OPS.values():
         assert "{x}" in op.torch and op.triton.splitlines()[-1].startswith("{x} = "), op.name
+
+
+def test_no_held_out_op_is_written_inside_another_op():
+    """Held out, an op whose code stands inside another op's would still be in the train solutions."""
+    from proxycomp.gym_bridge.family.ops import OPS
+    from proxycomp.gym_bridge.family.sample import heldout_ops, inside_another
+
+    assert inside_another(OPS["relu"]) and not inside_another(OPS["relu6"])
+    for seed in range(20):
+        assert not any(inside_another(OPS[name]) for name in heldout_ops(seed))
+
+
+def test_every_task_records_its_bucket(family):
+    buckets = {t.bucket for t in family.split("heldout")}
+    assert buckets == {"heldout_op", "heldout_composition"} and {t.bucket for t in family.split("train")} == {"train"}
+    for task in family.split("heldout"):
+        assert (task.bucket == "heldout_op") == any(s.op in family.heldout_ops for s in task.composition.steps)
+

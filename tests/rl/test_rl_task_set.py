@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from proxycomp.errors import UserError
+from proxycomp.gym_bridge.family.files import read_buckets, write_family
 from proxycomp.gym_bridge.rl.cli import RLConfigError, main, parse_config
-from proxycomp.gym_bridge.family.files import write_family
+from proxycomp.gym_bridge.rl.evaluation import draw_evaluated
 from proxycomp.gym_bridge.family.generate import generate_family
 from proxycomp.gym_bridge.tasks import list_tasks
 
@@ -24,12 +26,37 @@ def test_a_task_set_gives_the_train_split_and_one_evaluation_set_per_split(famil
                               "--evaluation.shipped", "true", "--evaluation.max_tasks", "1"])
     train, sets = config.load_tasks()
     assert len(train) == 6 and all(t.path.parent == family_dir for t in train)
-    assert list(sets) == ["heldout", "shipped"] and len(sets["heldout"]) == 1  # max_tasks cuts splits only
+    # the family's held-out split, one set per bucket; max_tasks cuts each of them, not the shipped tasks
+    assert list(sets) == ["heldout:op", "heldout:composition", "shipped"]
+    assert len(sets["heldout:op"]) == len(sets["heldout:composition"]) == 1
     assert [t.name for t in sets["shipped"]] == [t.name for t in list_tasks()]
-    assert not {t.name for t in train} & {t.name for t in sets["heldout"]}
+    assert not {t.name for t in train} & {t.name for t in sets["heldout:op"] + sets["heldout:composition"]}
     plain, _ = parse_config(["--ckpt", "x", "--tasks", "[relu]"])
     assert {name: [t.name for t in tasks] for name, tasks in plain.load_tasks()[1].items()} == \
         {"train": ["relu"]}
+
+
+def _task(name, category):
+    from proxycomp.gym_bridge.tasks import Task
+    return Task(name=name, path=Path(f"/t/{name}.py"), category=category, sizes=())
+
+
+def test_a_budget_cut_draws_across_templates_and_is_seeded():
+    tasks = [_task(f"g{i:03d}", "gemm" if i < 12 else ("conv1d" if i < 14 else "row_norm")) for i in range(15)]
+    drawn = draw_evaluated(tasks, 6, seed=3)
+    categories = [t.category for t in drawn]
+    assert len(drawn) == 6 and categories.count("conv1d") == 2 and categories.count("row_norm") == 1
+    assert drawn == draw_evaluated(tasks, 6, seed=3) and drawn != draw_evaluated(tasks, 6, seed=4)
+    assert [t.name for t in drawn] == sorted(t.name for t in drawn)
+    assert draw_evaluated(tasks, None, 3) == tasks == draw_evaluated(tasks, 99, 3)
+
+
+def test_a_damaged_family_manifest_is_refused_in_one_line(tmp_path):
+    (tmp_path / "tasks").mkdir()
+    assert read_buckets(tmp_path / "tasks") == {}  # not a generated family: no buckets
+    (tmp_path / "family.json").write_text("{not json")
+    with pytest.raises(UserError, match="family.json: not a task family manifest"):
+        read_buckets(tmp_path / "tasks")
 
 
 def test_splits_without_a_task_set_are_refused():
@@ -64,9 +91,10 @@ def test_sft_on_the_family_then_rl_with_rows_per_evaluation_set(family_dir, tiny
     corpus = [json.loads(line) for line in (out / "warmstart" / "corpus.jsonl").read_text().splitlines()]
     assert {"wrong_op", "launch_error"} <= {v["kind"] for v in corpus} and sum(v["status"] == "" for v in corpus) == 5
     before = json.loads((out / "eval_before.json").read_text())
+    sets = {"heldout:op", "heldout:composition", "tasks"}
     assert {(r["split"], r["phase"]) for r in before if r["task"] == "all"} == {
-        ("heldout", "before RL (after SFT)"), ("tasks", "before RL (after SFT)")}
-    assert {r["split"] for r in json.loads((out / "eval_after.json").read_text())} == {"heldout", "tasks"}
+        (name, "before RL (after SFT)") for name in sets}
+    assert {r["split"] for r in json.loads((out / "eval_after.json").read_text())} == sets
     table = (out / "eval.md").read_text()
-    assert "| before RL (after SFT) | cpu | heldout | all | 2 |" in table
+    assert "| before RL (after SFT) | cpu | heldout:op | all | 1 |" in table
     assert "| after 1 steps | cpu | tasks | relu |" in table
