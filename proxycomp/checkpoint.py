@@ -123,37 +123,66 @@ STATE_FILE = "state.pt"
 _PER_TENSOR_BYTES = 4096  # a tensor's record in a torch.save archive (name, pickle, alignment), generously
 
 
-def split_checkpoint(path: str | Path, out_dir: str | Path, max_bytes: int = SHARD_MAX_BYTES) -> list[Path]:
-    """A `proxycomp fit` checkpoint as files of at most `max_bytes` each, to carry between machines that bound what a
-    file may weigh: `weights.NN.pt` (the model's floating-point tensors in bf16, a tied tensor stored once) and
-    `state.pt` (everything else: hyper-parameters, loop, schedule, data-stream and callback state, the optimizers'
-    settings). Adam's moments, twice the weights in fp32, are left out. Returns the files written."""
+# Tensor collections of a checkpoint that go into the weight files: a fit checkpoint's `state_dict`, and an RL
+# checkpoint's (`proxycomp rl`: Fabric's) `state_dict` and the KL reference's `reference_state_dict`.
+WEIGHT_COLLECTIONS = ("state_dict", "reference_state_dict")
+
+
+def _optimizer_states(checkpoint: dict) -> list[dict]:
+    """The optimizers' state dicts in place: Lightning's `optimizer_states` list, or an RL run's `optimizer`."""
+    if "optimizer" in checkpoint:
+        return [checkpoint["optimizer"]]
+    return checkpoint.get("optimizer_states", [])
+
+
+def split_checkpoint(path: str | Path, out_dir: str | Path, max_bytes: int = SHARD_MAX_BYTES,
+                     exact: bool = False) -> list[Path]:
+    """A `proxycomp fit` or `proxycomp rl` checkpoint as files of at most `max_bytes` each, to carry between machines
+    that bound what a file may weigh: `weights.NN.pt` (the model's floating-point tensors in bf16, a tied tensor stored
+    once; an RL run's KL reference too) and `state.pt` (everything else: hyper-parameters, loop, schedule, RL step,
+    data-stream and callback state, the optimizers' settings). Adam's moments, twice the weights in fp32, are left
+    out: the first updates after a resume re-estimate them. `exact` keeps every dtype and the moments (as more weight
+    files), for a resume that continues bit for bit where it stopped, at ~6x the bytes. Returns the files written."""
     checkpoint = read_checkpoint(path)
-    weights = checkpoint.pop("state_dict")
-    checkpoint["optimizer_states"] = [{"state": {}, "param_groups": o["param_groups"]}
-                                      for o in checkpoint.get("optimizer_states", [])]
+    tensors: dict[str, torch.Tensor] = {}
+    collections: dict[str, list[str]] = {}
+    for collection in WEIGHT_COLLECTIONS:
+        if collection in checkpoint:
+            weights = checkpoint.pop(collection)
+            collections[collection] = list(weights)
+            prefix = "" if collection == "state_dict" else f"{collection}:"  # fit's names as before
+            tensors |= {prefix + name: tensor for name, tensor in weights.items()}
+    moments: dict[str, list] = {}
+    for i, optimizer in enumerate(_optimizer_states(checkpoint)):
+        if exact:
+            for param, state in optimizer["state"].items():
+                for key, value in state.items():
+                    tensors[f"moments:{i}:{param}:{key}"] = value
+                moments.setdefault(str(i), []).append([param, list(state)])
+        optimizer["state"] = {}
     shards: list[dict[str, torch.Tensor]] = [{}]
     size, dtypes, aliases, stored_at = 0, {}, {}, {}
-    for name, tensor in weights.items():
+    for name, tensor in tensors.items():
         where = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
         if where in stored_at:  # tied weights (embedding and head) share one storage
             aliases[name] = stored_at[where]
             continue
         stored_at[where], dtypes[name] = name, tensor.dtype
-        small = tensor.to(torch.bfloat16) if tensor.is_floating_point() else tensor
+        small = tensor.to(torch.bfloat16) if tensor.is_floating_point() and not exact else tensor
         nbytes = small.numel() * small.element_size() + _PER_TENSOR_BYTES
         if nbytes > max_bytes:
-            raise CheckpointError(f"{name} alone takes {nbytes / 2**20:.1f} MiB in bf16, over the "
+            raise CheckpointError(f"{name} alone takes {nbytes / 2**20:.1f} MiB in {small.dtype}, over the "
                                   f"{max_bytes / 2**20:g} MiB per file; raise the limit")
         if size + nbytes > max_bytes:
             shards.append({})
             size = 0
         shards[-1][name], size = small.contiguous(), size + nbytes
     out_dir = Path(out_dir)
-    names = [f"weights.{i:02d}.pt" for i in range(len(shards))]
-    state = {"checkpoint": checkpoint, "order": list(weights), "dtypes": dtypes, "aliases": aliases, "shards": names}
+    files = [f"weights.{i:02d}.pt" for i in range(len(shards))]
+    state = {"checkpoint": checkpoint, "order": collections.get("state_dict", []), "collections": collections,
+             "moments": moments, "dtypes": dtypes, "aliases": aliases, "shards": files}
     written = []
-    for name, payload in [*zip(names, shards), (STATE_FILE, state)]:
+    for name, payload in [*zip(files, shards), (STATE_FILE, state)]:
         AtomicCheckpointIO().save_checkpoint(payload, out_dir / name)
         if (out_dir / name).stat().st_size > max_bytes:
             raise CheckpointError(f"{out_dir / name} came out at {(out_dir / name).stat().st_size / 2**20:.1f} MiB, "
@@ -163,22 +192,29 @@ def split_checkpoint(path: str | Path, out_dir: str | Path, max_bytes: int = SHA
 
 
 def join_checkpoint(folder: str | Path, out: str | Path) -> Path:
-    """The checkpoint of `split_checkpoint` again, weights back in their dtype (rounded through bf16) and fresh Adam
-    moments: `proxycomp fit --ckpt_path` resumes from it at its step, schedule and data position (the first updates
-    re-estimate the moments), and `load_lm`, hence `proxycomp rl --ckpt`, reads it."""
+    """The checkpoint of `split_checkpoint` again, weights back in their dtype (rounded through bf16 unless split
+    `exact`) and Adam's moments fresh (or as they were, `exact`): `proxycomp fit --ckpt_path` and `proxycomp rl
+    --resume` (as OUT/checkpoints/last.ckpt) resume from it at its step, schedule and data position, and
+    `load_lm`, hence `proxycomp rl --ckpt`, reads it."""
     folder = Path(folder)
     if not (folder / STATE_FILE).is_file():
         raise CheckpointError(f"{folder} holds no {STATE_FILE}; pass the folder `proxycomp shards split` wrote")
     state = read_checkpoint(folder / STATE_FILE)
-    weights: dict[str, torch.Tensor] = {}
+    tensors: dict[str, torch.Tensor] = {}
     for shard in state["shards"]:
         if not (folder / shard).is_file():
             raise CheckpointError(f"{folder / shard} is missing; carry every file `proxycomp shards split` wrote")
-        weights.update(read_checkpoint(folder / shard))
-    weights = {name: weights[name].to(dtype) for name, dtype in state["dtypes"].items()}
-    weights |= {name: weights[target] for name, target in state["aliases"].items()}
+        tensors.update(read_checkpoint(folder / shard))
+    tensors = {name: tensors[name].to(dtype) for name, dtype in state["dtypes"].items()}
+    tensors |= {name: tensors[target] for name, target in state["aliases"].items()}
     checkpoint = state["checkpoint"]
-    checkpoint["state_dict"] = {name: weights[name] for name in state["order"]}
+    # Files of a split from before RL checkpoints had collections: their one collection is fit's state_dict.
+    for collection, names in state.get("collections", {"state_dict": state["order"]}).items():
+        prefix = "" if collection == "state_dict" else f"{collection}:"
+        checkpoint[collection] = {name: tensors[prefix + name] for name in names}
+    optimizers = _optimizer_states(checkpoint)
+    for i, params in state.get("moments", {}).items():
+        optimizers[int(i)]["state"] = {param: {key: tensors[f"moments:{i}:{param}:{key}"] for key in keys}
+                                       for param, keys in params}
     AtomicCheckpointIO().save_checkpoint(checkpoint, out)
     return Path(out)
-

@@ -140,9 +140,11 @@ def shards_main(argv: list[str]) -> int:
     sub = p.add_subcommands(dest="command")
     split = command_parser("proxycomp shards split",
                            "Write CKPT's weights (bf16) and state as files of at most MAX MiB.")
-    split.add_argument("--ckpt", required=True, help="a .ckpt written by `proxycomp fit`")
+    split.add_argument("--ckpt", required=True, help="a .ckpt written by `proxycomp fit` or `proxycomp rl`")
     split.add_argument("--out", required=True, help="folder for weights.NN.pt and state.pt")
     split.add_argument("--max_mib", type=float, default=15.0, help="most MiB per file")
+    split.add_argument("--exact", action="store_true",
+                       help="keep every dtype and Adam's moments, for a bit-exact resume (~6x the bytes)")
     sub.add_subcommand("split", split, help="split a checkpoint")
     join = command_parser("proxycomp shards join", "Rebuild a checkpoint that `fit --ckpt_path` and `rl --ckpt` read.")
     join.add_argument("--shards", required=True, help="the folder `proxycomp shards split` wrote")
@@ -154,7 +156,7 @@ def shards_main(argv: list[str]) -> int:
     from proxycomp.checkpoint import join_checkpoint, split_checkpoint
 
     if args.command == "split":
-        files = split_checkpoint(options.ckpt, options.out, int(options.max_mib * 2**20))
+        files = split_checkpoint(options.ckpt, options.out, int(options.max_mib * 2**20), exact=options.exact)
         print(f"{len(files)} files in {options.out}: {', '.join(f.name for f in files)}")
     else:
         print(f"wrote {join_checkpoint(options.shards, options.out)}")

@@ -1,5 +1,5 @@
-"""A fit checkpoint split into small files (bf16 weights, no Adam moments) and joined back: `fit --ckpt_path` resumes
-from it at the same step, and `load_lm` reads it."""
+"""A fit checkpoint split into small files (bf16 weights, no Adam moments; or exact) and joined back: `fit
+--ckpt_path` resumes from it at the same step, and `load_lm` reads it."""
 import sys
 
 import lightning as L
@@ -91,3 +91,15 @@ def test_the_shards_verb(half, capsys, monkeypatch):
     assert main(["shards", "split", "--ckpt", str(half / "half.ckpt"), "--out", str(half / "tiny"),
                  "--max_mib", "0.001"]) == 2
     assert "over the" in capsys.readouterr().err
+
+
+def test_an_exact_split_keeps_dtypes_and_moments(half):
+    split_checkpoint(half / "half.ckpt", half / "exact", 4 * MAX_BYTES, exact=True)  # fp32: twice bf16
+    joined = torch.load(join_checkpoint(half / "exact", half / "exact.ckpt"), weights_only=True)
+    original = torch.load(half / "half.ckpt", weights_only=True)
+    for name, tensor in original["state_dict"].items():
+        assert torch.equal(joined["state_dict"][name], tensor), name
+    (want,), (got,) = original["optimizer_states"], joined["optimizer_states"]
+    assert want["state"] and got["state"].keys() == want["state"].keys()
+    for param, moments in want["state"].items():
+        assert all(torch.equal(got["state"][param][k], v) for k, v in moments.items())

@@ -232,6 +232,41 @@ def test_the_policy_computes_in_its_gpu_turn_and_the_gym_never_scores_inside_one
     assert all(t["stage_s"]["total"] > 0 for t in turns)
 
 
+def test_an_rl_checkpoint_carried_in_shards_resumes_where_it_stopped(cpu_gym, tmp_path, setup, tiny_hparams):
+    """`proxycomp shards split/join` of an RL checkpoint: exact, the resumed step equals the uninterrupted run's;
+    by default (bf16 weights, no moments: what a device call can carry) it resumes at its step, weights rounded."""
+    from proxycomp.checkpoint import join_checkpoint, split_checkpoint
+
+    rollout = RolloutConfig(turns=1, samples_per_task=2, max_bytes=24, prompt_max_bytes=512)
+
+    def trainer(out):
+        f, policy, _, config = setup(weight_decay=0.1)
+        return RLTrainer(fabric=f, policy=policy, evaluator=cpu_gym, tasks=[RELU], rollout=rollout, algorithm=config,
+                         out_dir=out, tasks_per_step=1, seed=3, save_every=1, hyper_parameters=tiny_hparams)
+
+    straight = trainer(tmp_path / "a")
+    straight.fit(2)
+    stopped = trainer(tmp_path / "b")
+    stopped.fit(1)
+    for exact in (True, False):
+        carry = tmp_path / f"carry_{exact}"
+        files = split_checkpoint(stopped.checkpoint_path, carry, max_bytes=2**20, exact=exact)
+        assert all(f.stat().st_size <= 2**20 for f in files)
+        resumed = trainer(tmp_path / f"resumed_{exact}")  # as on another machine: only the carried files
+        resumed.load(join_checkpoint(carry, tmp_path / f"joined_{exact}.ckpt"))
+        assert resumed.step == 1
+        moments = resumed.optimizer.state_dict()["state"]
+        if exact:
+            assert moments  # Adam's moments came along
+            resumed.fit(2)
+            for a, b in zip(straight.policy.module.parameters(), resumed.policy.module.parameters()):
+                assert torch.equal(a, b)
+        else:
+            assert not moments  # re-estimated by the first updates
+            for a, b in zip(stopped.policy.module.parameters(), resumed.policy.module.parameters()):
+                assert torch.equal(a.to(torch.bfloat16).float(), b)
+
+
 def test_a_deadline_stops_between_steps_with_a_checkpoint_and_resume_finishes(cpu_gym, tmp_path, setup, tiny_hparams):
     rollout = RolloutConfig(turns=1, samples_per_task=2, max_bytes=24, prompt_max_bytes=512)
 
