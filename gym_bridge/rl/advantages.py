@@ -3,13 +3,13 @@
 Every estimator has the signature ``fn(returns, turn_mask, group_ids, **options) -> advantages``:
 
 - ``returns``: (n, T) float reward-to-go per turn (see :func:`returns.reward_to_go`);
-- ``turn_mask``: (n, T) bool, True where trajectory i reached turn t;
+- ``turn_mask``: (n, T) bool, True where turn t of trajectory i counts: reached, and not masked as void
+  (:func:`episode.void_turn_mask`), so a row may have gaps;
 - ``group_ids``: (n,) int, the prompt each trajectory was sampled for (its group).
 
-Turn-level estimators group samples by (prompt, turn) over the trajectories that reached that turn (every
-trajectory of a rollout plays all its turns, so N_t shrinks only for a batch that mixes lengths). Advantages
-are 0 on turns that were not reached; the trainer broadcasts each turn's advantage to all tokens of that turn's
-reply.
+Turn-level estimators group samples by (prompt, turn) over the turns that count (every trajectory of a rollout
+plays all its turns, so N_t shrinks only where void turns are masked or a batch mixes lengths). Advantages are 0
+on turns that do not count; the trainer broadcasts each turn's advantage to all tokens of that turn's reply.
 """
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ from typing import Callable
 
 import torch
 
-from ._checks import require_2d, require_finite_where, require_same_shape
-from .returns import check_turn_mask
+from ._checks import require_2d, require_bool, require_finite_where, require_same_shape
 
 # fn(returns, turn_mask, group_ids, **estimator_options) -> advantages
 AdvantageEstimator = Callable[..., torch.Tensor]
@@ -53,7 +52,7 @@ def estimator_names() -> list[str]:
 def _check_inputs(returns: torch.Tensor, turn_mask: torch.Tensor, group_ids: torch.Tensor) -> None:
     require_2d("returns", returns)
     require_same_shape("turn_mask", turn_mask, "returns", returns)
-    check_turn_mask(turn_mask)
+    require_bool("turn_mask", turn_mask)
     if group_ids.dim() != 1 or group_ids.shape[0] != returns.shape[0]:
         raise ValueError(f"group_ids: expected shape ({returns.shape[0]},), got {tuple(group_ids.shape)}")
     if group_ids.is_floating_point() or group_ids.dtype == torch.bool:
@@ -61,12 +60,25 @@ def _check_inputs(returns: torch.Tensor, turn_mask: torch.Tensor, group_ids: tor
     require_finite_where("returns", returns, turn_mask)
 
 
+def _cells(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Each row's group index in 0..n_groups-1, and n_groups."""
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    return inverse, int(inverse.max()) + 1 if inverse.numel() else 0
+
+
+def group_sizes(turn_mask: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """N_t of every (group, turn) cell that has a member: how many samples each turn-level baseline is over."""
+    inverse, n_groups = _cells(group_ids)
+    counts = turn_mask.new_zeros((n_groups, turn_mask.shape[1]), dtype=torch.long)
+    counts.index_add_(0, inverse, turn_mask.long())
+    return counts[counts > 0]
+
+
 def _group_sums(
     values: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-element (sum, count) of the valid values in its (group, column) cell."""
-    _, inverse = torch.unique(group_ids, return_inverse=True)
-    n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    inverse, n_groups = _cells(group_ids)
     m = mask.to(values.dtype)
     v = torch.where(mask, values, torch.zeros_like(values))  # unreached turns may hold anything, even NaN
     shape = (n_groups, values.shape[1])
@@ -125,9 +137,10 @@ def grpo(
 
 @register_estimator("rloo")
 def rloo(returns: torch.Tensor, turn_mask: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    """Trajectory-level RLOO: leave-one-out on the whole-trajectory return G_0, broadcast to its reached turns."""
+    """Trajectory-level RLOO: leave-one-out on the whole-trajectory return G_0, broadcast to its counted turns.
+    A trajectory whose turn 0 does not count (all masked, e.g. errored) is out of its group."""
     _check_inputs(returns, turn_mask, group_ids)
-    if not turn_mask[:, 0].all():
-        raise ValueError("turn_mask: every trajectory must reach turn 0 for rloo; drop empty trajectories")
+    if (turn_mask.any(dim=1) & ~turn_mask[:, 0]).any():
+        raise ValueError("turn_mask: a trajectory with a counted turn must count turn 0 for rloo (its return is G_0)")
     traj_adv = _leave_one_out(returns[:, :1], turn_mask[:, :1], group_ids)
     return torch.where(turn_mask, traj_adv.expand_as(returns), torch.zeros_like(returns))

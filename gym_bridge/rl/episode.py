@@ -15,7 +15,12 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from ._checks import require_2d, require_bool, require_same_shape
+
 FAST_THRESHOLDS = (1.0, 1.2)  # the speedups p of the fast@p metrics
+# Verdicts where the environment failed, not the candidate: the gym's own fault after its retries. Timeouts,
+# crashes and resource limits stay the candidate's (a slow or greedy kernel), so they are not here.
+ERRORED_STATUSES = frozenset({"infra_error"})
 DEFAULT_INSTRUCTIONS = (
     "Write an optimized replacement for `Model` that does its computation in custom Triton kernels "
     "(`@triton.jit`). Name the class `ModelNew`, keep the same `__init__` and `forward` signatures, and "
@@ -77,6 +82,7 @@ class TurnBatch:
     hacked: torch.Tensor  # bool
     coverage: torch.Tensor  # float64, NaN where unknown or padding
     group_ids: torch.Tensor  # (n_traj,) int64, one id per distinct task_id in order of first appearance
+    errored: torch.Tensor  # (n_traj,) bool, True where a turn's status is in ERRORED_STATUSES
 
 
 def feedback_text(feedback: str | SupportsFeedback) -> str:
@@ -193,7 +199,26 @@ def stack_turns(trajectories: Sequence[Trajectory]) -> TurnBatch:
                 coverage[i, t] = turn.coverage
     first_seen: dict[str, int] = {}
     group_ids = torch.tensor([first_seen.setdefault(t.task_id, len(first_seen)) for t in trajectories])
-    return TurnBatch(rewards, turn_mask, correct, hacked, coverage, group_ids)
+    errored = torch.tensor([any(turn.status in ERRORED_STATUSES for turn in t.turns) for t in trajectories])
+    return TurnBatch(rewards, turn_mask, correct, hacked, coverage, group_ids, errored)
+
+
+def void_turn_mask(rewards: torch.Tensor, turn_mask: torch.Tensor, errored: torch.Tensor) -> torch.Tensor:
+    """``turn_mask`` less the void turns, as KernelGYM's mask_void_turn: a turn rewarded <= 0 after an earlier
+    turn of its trajectory was rewarded > 0 (the episode had a kernel and lost it), and every turn of an errored
+    trajectory (the gym failed, so its rewards say nothing of the policy). A zero before any success is kept:
+    it is the ordinary failure the baseline must see. Returns a bool (n_traj, T) tensor, rows possibly with gaps.
+    """
+    require_2d("rewards", rewards)
+    require_same_shape("turn_mask", turn_mask, "rewards", rewards)
+    require_bool("turn_mask", turn_mask)
+    if errored.shape != (rewards.shape[0],) or errored.dtype != torch.bool:
+        raise ValueError(f"errored: expected a bool tensor of shape ({rewards.shape[0]},), got "
+                         f"{errored.dtype} {tuple(errored.shape)}")
+    scored = (turn_mask & (rewards > 0)).long()
+    scored_before = (scored.cumsum(dim=1) - scored) > 0
+    void = (rewards <= 0) & scored_before
+    return turn_mask & ~void & ~errored[:, None]
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:

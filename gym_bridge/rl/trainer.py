@@ -4,7 +4,8 @@ clipped policy-gradient update, alternating; with atomic checkpoints, resume and
 A custom loop on Lightning Fabric (device, precision, checkpoint I/O), single device. One step:
 
 1. ``rollout.samples_per_task`` multi-turn trajectories for each of ``tasks_per_step`` train tasks;
-2. reward-to-go (γ) per turn, advantages by the configured estimator over (task, turn) groups;
+2. reward-to-go (γ) per turn; void turns masked (a zero after a success, every turn of an errored episode);
+   advantages by the configured estimator over (task, turn) groups of the turns left;
 3. PRS drops correct turns whose Triton coverage is too low (turns with unknown coverage are kept);
 4. the trainer re-scores every kept turn (π_old); mismatch correction compares that with the rollout
    log-probs per trajectory and rejects (and/or TIS-reweights) rows;
@@ -36,8 +37,8 @@ from ..policy import ByteLMPolicy
 from ..result import mean_stages
 from ..tasks import Task
 from ._checks import RLConfigError
-from .advantages import get_estimator
-from .episode import Trajectory, rollout_metrics, stack_turns
+from .advantages import get_estimator, group_sizes
+from .episode import Trajectory, TurnBatch, rollout_metrics, stack_turns, void_turn_mask
 from .mismatch import MismatchConfig, correct_mismatch
 from .policy_loss import PolicyLossConfig, policy_loss
 from .prs import PRSConfig, band, profiling_rejection
@@ -60,6 +61,9 @@ class AlgorithmConfig:
         estimator: the advantage estimator: trloo, grpo or rloo (any registered one)
         estimator_options: keyword arguments of the estimator, e.g. grpo's {"std_normalize": true}
         gamma: reward-to-go discount over turns
+        mask_void_turns: leave void turns out of the advantage groups and the update, as KernelGYM's
+            mask_void_turn: a turn rewarded <= 0 after its episode scored > 0, and every turn of an episode the gym
+            failed (infra_error); false: every played turn counts
         lr: AdamW learning rate
         weight_decay: AdamW weight decay
         grad_clip: gradient norm clip
@@ -73,6 +77,7 @@ class AlgorithmConfig:
     estimator: str = "trloo"
     estimator_options: dict[str, Any] = field(default_factory=dict)
     gamma: float = 1.0
+    mask_void_turns: bool = True
     lr: float = 1e-6
     weight_decay: float = 0.0
     grad_clip: float = GRAD_CLIP
@@ -108,6 +113,7 @@ class RLBatch:
     traj_ids: torch.Tensor  # (B,)
     stats: dict[str, float]
     prs_verdicts: dict[tuple[int, int], dict] = field(default_factory=dict)  # (trajectory, turn): PRS's record
+    void_turns: frozenset[tuple[int, int]] = frozenset()  # (trajectory, turn) left out as void
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -117,24 +123,41 @@ def _pad(rows: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True) if rows else torch.zeros(0, 0)
 
 
+def _group_stats(turns: TurnBatch, counted: torch.Tensor) -> dict[str, float]:
+    """The (task, turn) group sizes the baselines were taken over, and what void masking left out."""
+    sizes = group_sizes(counted, turns.group_ids).double()
+    nan = float("nan")
+    return {
+        "group_size/min": float(sizes.min()) if sizes.numel() else nan,
+        "group_size/mean": float(sizes.mean()) if sizes.numel() else nan,
+        "group_size/max": float(sizes.max()) if sizes.numel() else nan,
+        "void/masked_share": float((turns.turn_mask & ~counted).sum() / turns.turn_mask.sum()),
+        "void/errored_share": float(turns.errored.double().mean()),
+    }
+
+
 def make_batch(
     trajectories: Sequence[Trajectory], config: AlgorithmConfig, generator: torch.Generator | None = None
 ) -> RLBatch:
-    """Returns, advantages and PRS over the turns; one row per kept turn."""
+    """Returns, void masking, advantages and PRS over the turns; one row per kept turn."""
     turns = stack_turns(trajectories)
+    # Returns run over every played turn, so a void turn's successors still credit the turns before it.
     returns = reward_to_go(turns.rewards, turns.turn_mask, config.gamma)
-    advantages = get_estimator(config.estimator)(returns, turns.turn_mask, turns.group_ids, **config.estimator_options)
-    stats: dict[str, float] = {"advantage/abs_mean": float(advantages[turns.turn_mask].abs().mean())}
-    keep, verdicts = turns.turn_mask, {}
+    counted = turns.turn_mask
+    if config.mask_void_turns:
+        counted = void_turn_mask(turns.rewards, turns.turn_mask, turns.errored)
+    advantages = get_estimator(config.estimator)(returns, counted, turns.group_ids, **config.estimator_options)
+    stats = {"advantage/abs_mean": float(advantages[counted].abs().mean()), **_group_stats(turns, counted)}
+    keep, verdicts = counted, {}
     if config.prs is not None:
-        prs = profiling_rejection(turns.correct, turns.hacked, turns.coverage, turn_mask=turns.turn_mask,
+        prs = profiling_rejection(turns.correct, turns.hacked, turns.coverage, turn_mask=counted,
                                   config=config.prs, generator=generator)
         keep = prs.keep
         stats.update({k: float(v) for k, v in prs.stats.items()})
         verdicts = {(i, t): {"kept": bool(keep[i, t]), "keep_prob": float(prs.keep_prob[i, t]),
                              "band": band(turn.correct, turn.hacked, turn.coverage, config.prs),
                              "coverage": turn.coverage, "threshold": config.prs.threshold}
-                    for i, traj in enumerate(trajectories) for t, turn in enumerate(traj.turns)}
+                    for i, traj in enumerate(trajectories) for t, turn in enumerate(traj.turns) if counted[i, t]}
     rows = [(i, t) for i, traj in enumerate(trajectories) for t in range(len(traj.turns)) if keep[i, t]]
     for i, t in rows:
         turn = trajectories[i].turns[t]
@@ -148,6 +171,7 @@ def make_batch(
         traj_ids=torch.tensor([i for i, _ in rows], dtype=torch.long),
         stats=stats,
         prs_verdicts=verdicts,
+        void_turns=frozenset(map(tuple, (turns.turn_mask & ~counted).nonzero().tolist())),
     )
 
 
@@ -252,10 +276,10 @@ class MetricsLog:
                 self.csv.unlink()  # the next write starts it again with its header
 
     def write_turns(self, step: int, trajectories: Sequence[Trajectory], mismatch: dict[int, dict],
-                    prs: dict[tuple[int, int], dict]) -> None:
-        """One JSON line per scored turn: the reply, what the gym said of the kernel in it, PRS's verdict on the
-        turn and why (band, coverage, threshold; null with PRS off), and the update's mismatch verdict on its
-        trajectory (null where PRS kept none of its turns)."""
+                    prs: dict[tuple[int, int], dict], void: frozenset[tuple[int, int]] = frozenset()) -> None:
+        """One JSON line per scored turn: the reply, what the gym said of the kernel in it, whether it was left out
+        as void, PRS's verdict on the turn and why (band, coverage, threshold; null with PRS off or on a void
+        turn), and the update's mismatch verdict on its trajectory (null where none of its turns was kept)."""
         with self.rollouts.open("a") as fh:
             for i, traj in enumerate(trajectories):
                 for t, turn in enumerate(traj.turns):
@@ -263,7 +287,8 @@ class MetricsLog:
                         "step": step, "task": traj.task_id, "episode": i, "turn": t, "reward": turn.reward,
                         "status": turn.status, "correct": turn.correct, "speedup": turn.speedup,
                         "coverage": turn.coverage, "hacks": list(turn.hacks), "feedback": turn.feedback,
-                        "stage_s": turn.stage_s, "prs": prs.get((i, t)), "mismatch": mismatch.get(i),
+                        "stage_s": turn.stage_s, "void": (i, t) in void, "prs": prs.get((i, t)),
+                        "mismatch": mismatch.get(i),
                         "reply": turn.reply,
                     }) + "\n")
 
@@ -402,7 +427,8 @@ class RLTrainer:
                       for k, v in mean_stages(t.stage_s for tr in trajectories for t in tr.turns).items()},
                    "time/update_s": time.monotonic() - rolled}
         self.log.write(metrics)
-        self.log.write_turns(self.step, trajectories, self.updater.mismatch_verdicts, batch.prs_verdicts)
+        self.log.write_turns(self.step, trajectories, self.updater.mismatch_verdicts, batch.prs_verdicts,
+                             batch.void_turns)
         return metrics
 
     def fit(self, steps: int, deadline: float | None = None) -> list[dict[str, float]]:

@@ -145,8 +145,9 @@ def test_bad_inputs():
         trloo(returns, mask, torch.zeros(3))
     with pytest.raises(ValueError, match="returns: NaN or inf"):
         trloo(torch.full((3, 2), float("inf")), mask, torch.zeros(3, dtype=torch.long))
-    with pytest.raises(ValueError, match="every trajectory must reach turn 0"):
-        get_estimator("rloo")(returns, torch.zeros(3, 2, dtype=torch.bool), torch.zeros(3, dtype=torch.long))
+    turn0_void = torch.tensor([[True, True], [False, True], [True, False]])
+    with pytest.raises(ValueError, match="must count turn 0 for rloo"):
+        get_estimator("rloo")(returns, turn0_void, torch.zeros(3, dtype=torch.long))
     with pytest.raises(ValueError, match="eps: must be > 0"):
         get_estimator("grpo")(returns, mask, torch.zeros(3, dtype=torch.long), std_normalize=True, eps=0.0)
 
