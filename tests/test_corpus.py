@@ -1,6 +1,7 @@
 """Corpus sources, filters, deduplication, the stable split, the report, and every input error."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pyarrow as pa
@@ -110,6 +111,29 @@ def test_a_repository_of_several_languages_with_excludes_and_undecodable_files(t
     assert load_corpus(CorpusConfig("folder", str(root), glob="web/*.js")).report.kept == 2  # one pattern, as before
 
 
+def test_exclude_packages_leaves_out_a_package_by_folder_name_and_by_real_path(tmp_path, monkeypatch):
+    """A package's files are left out under its own name (site-packages, a `cp -rs` copy of it) and through a link of
+    another name into where it is imported from; by default the package left out is this project."""
+    imported = tmp_path / "importable" / "answers"
+    imported.mkdir(parents=True)
+    (imported / "__init__.py").write_text(text(100))
+    (imported / "solution.py").write_text(text(101))
+    monkeypatch.syspath_prepend(str(tmp_path / "importable"))
+    root = tmp_path / "corpus"
+    for i in range(4):
+        (root / "site" / "other").mkdir(parents=True, exist_ok=True)
+        (root / "site" / "other" / f"m{i}.py").write_text(text(i))
+    (root / "site" / "answers").mkdir()
+    (root / "site" / "answers" / "old_copy.py").write_text(text(102))  # by name, though no import reads it
+    (root / "renamed.py").symlink_to(imported / "solution.py")  # by real path
+    config = CorpusConfig("folder", str(root), exclude_packages=["answers"])
+    c = load_corpus(config)
+    assert sorted(d.name for d in c.train + c.val) == [f"site/other/m{i}.py" for i in range(4)]
+    assert c.report.excluded == 2 and "left out 2 files of exclude_packages" in c.report.summary()
+    assert load_corpus(dataclasses.replace(config, exclude_packages=[])).report.kept == 6
+    assert CorpusConfig().exclude_packages == ("proxycomp",)
+
+
 def test_a_held_out_folder_of_its_own(folder, tmp_path):
     held_out = tmp_path / "held_out"
     held_out.mkdir()
@@ -182,6 +206,10 @@ FOLDER = object()  # stands for the `folder` fixture's path in the table below
         (dict(path=FOLDER), "data.corpus.path is set but data.corpus.source is python-sources"),
         (dict(val_path=FOLDER), "data.corpus.val_path is set but data.corpus.source is python-sources"),
         (dict(source="folder", path=FOLDER, val_split="validation"), "val_split names a split of an hf dataset"),
+        (dict(exclude_packages="proxycomp"), r"must be a list of package names, .*write \[proxycomp\]"),
+        (dict(exclude_packages=["proxycomp.gym_bridge"]), "'proxycomp.gym_bridge' is not a top-level package name"),
+        (dict(source="folder", path=FOLDER, exclude_packages=["d0", "d1", "d2"]),
+         "33 files of exclude_packages left out, 0 seen"),
     ],
 )
 def test_input_errors(folder, kwargs, message):

@@ -37,4 +37,4 @@ def test_recipe_parses_and_links(recipe, tmp_path, monkeypatch):
     else:
         params = sum(p.numel() for p in lm.parameters())
         # the RL policy's recipe trains at the longer context its episodes need
-        assert 25e6 <= params <= 85e6 and data.config.seq_len == (4096 if recipe.stem == "h200_policy" else 2048)
+        assert 25e6 <= params <= 85e6 and data.config.seq_len == (6144 if recipe.stem == "h200_policy" else 2048)

@@ -70,12 +70,13 @@ def run(config: RLConfig, args: RunArgs) -> int:
     evaluated = config.evaluated_settings()  # what keys the before-RL rows kept beside a warm start
     tasks, eval_sets = config.load_tasks()
     base = BaseModel.read(args.ckpt)  # a missing or damaged --ckpt stops here, before OUT holds anything
+    context = config.context(base.lm.model.config.max_seq_len)  # so is a context past what it was pretrained at
     code = CodeBpb.of_files(config.evaluation.code_files, config.evaluation.code_bytes, base.lm.model, out_dir,
                            keep=resume)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / "config.json", json.dumps(dataclasses.asdict(config), indent=2))
     fabric = config.fabric.build(config.seed)
-    policy = ByteLMPolicy(fabric.setup_module(base.lm.model.train()), max_context=config.max_context,
+    policy = ByteLMPolicy(fabric.setup_module(base.lm.model.train()), max_context=context,
                           decode=config.decode, gpu_turn=gpu_turn(fabric.device))
     pool = open_pool(config.gym.workers, config.gym.ray_address)
 

@@ -98,7 +98,8 @@ def _default_tasks() -> list[str]:
 
 
 # Fields that do not change what the held-out evaluation of a given model measures.
-_NOT_EVALUATED = ("steps", "tasks_per_step", "save_every", "max_time_s", "algorithm", "warmstart")
+_NOT_EVALUATED = ("steps", "tasks_per_step", "save_every", "max_time_s", "algorithm", "warmstart",
+                  "extrapolate_context")
 
 
 @dataclass
@@ -117,7 +118,9 @@ class RLConfig:
         max_time_s: wall seconds for this invocation, after-RL evaluation included: RL stops, checkpointed, before
             a step that would leave too little time, and the policy is evaluated after the steps it took; null: no
             limit
-        max_context: most prompt + reply symbols; null: the model's max_seq_len
+        max_context: most prompt + reply symbols; null: the context the --ckpt was pretrained at (its max_seq_len)
+        extrapolate_context: allow a max_context past the pretrained context (RoPE positions the model never trained
+            on); without it such a max_context is refused
         decode: the sampler's decode loop: auto (a CUDA graph on a GPU, the eager loop elsewhere), graph, static
             or dynamic
         rollout: how the training episodes are sampled
@@ -137,6 +140,7 @@ class RLConfig:
     save_every: int = 5
     max_time_s: float | None = None
     max_context: int | None = None
+    extrapolate_context: bool = False
     decode: Literal["auto", "graph", "static", "dynamic"] = "auto"
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
@@ -152,6 +156,15 @@ class RLConfig:
             raise RLConfigError(f"evaluation.splits {self.evaluation.splits}: needs task_set, the folder they split")
         if self.tasks_per_step < 1:  # refused here, before a warm start and an evaluation run for nothing
             raise RLConfigError(f"tasks_per_step: must be >= 1, got {self.tasks_per_step}")
+
+    def context(self, trained: int) -> int:
+        """Prompt + reply symbols for a policy pretrained at `trained` symbols: past them only when told."""
+        context = self.max_context or trained
+        if context > trained and not self.extrapolate_context:
+            raise RLConfigError(f"max_context {context} is past the {trained} symbols the --ckpt was pretrained at; "
+                                "pretrain at the RL context, lower max_context (and rollout.prompt_max_bytes + "
+                                "rollout.max_bytes) or set extrapolate_context: true")
+        return context
 
     def evaluated_settings(self) -> dict:
         """The fields that decide what the held-out evaluation of a given model measures."""

@@ -3,13 +3,15 @@
 Sources: ``folder`` (files matching one or more globs, minus excluded names), ``jsonl`` and ``parquet`` (a text
 column), ``hf`` (a local `datasets` dataset or data file, never the hub) and ``python-sources`` (the running
 interpreter's stdlib and site-packages ``.py`` files, split by top-level package so validation packages are
-unseen). The held-out set is a share of the documents, or a corpus of its own (`val_path`, an HF `val_split`).
+unseen). Files of `exclude_packages` (this project by default) are never read by either file source. The held-out
+set is a share of the documents, or a corpus of its own (`val_path`, an HF `val_split`).
 """
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
 import hashlib
+import importlib.util
 import json
 import os
 import sysconfig
@@ -43,6 +45,7 @@ _Candidate = tuple[Document, int]
 class CorpusReport:
     """Counts and bytes at each filter, for logs and the run manifest."""
 
+    excluded: int = 0  # files of exclude_packages, left out before reading
     seen: int = 0
     seen_bytes: int = 0
     too_small: int = 0
@@ -66,7 +69,8 @@ class CorpusReport:
     def summary(self) -> str:
         mb = 1e6
         return (
-            f"corpus: {self.kept} documents kept ({self.kept_bytes / mb:.1f} MB) of {self.seen} seen; dropped "
+            f"corpus: {self.kept} documents kept ({self.kept_bytes / mb:.1f} MB) of {self.seen} seen; left out "
+            f"{self.excluded} files of exclude_packages; dropped "
             f"{self.duplicates} duplicates ({self.duplicate_bytes / mb:.1f} MB), {self.too_small} too small, "
             f"{self.too_large} too large, {self.invalid_utf8} non-UTF-8; train {self.train} "
             f"({self.train_bytes / mb:.1f} MB), val {self.val} ({self.val_bytes / mb:.1f} MB, "
@@ -99,6 +103,10 @@ class CorpusConfig:
             YAML reads a bare * as an alias)
         exclude: files a folder source skips: a pattern without / matches any file or folder name on the way
             (node_modules, *.min.js), one with / the path below data.corpus.path (tests/fixtures/*); null: none
+        exclude_packages: import packages the folder and python-sources sources never read: a file is left out
+            when a folder on its way below the root has the package's name (site/proxycomp/...), or when its real
+            path (symlinks followed) lies in a folder the package is imported or installed from. Default: this
+            project, whose tasks, solutions and task-family code are what the RL policy is evaluated on
         text_field: the text column of jsonl, parquet and hf records
         min_bytes: shorter documents are dropped
         max_bytes: longer documents are dropped
@@ -117,6 +125,7 @@ class CorpusConfig:
     path: str | None = None
     glob: str | tuple[str, ...] = "**/*.py"
     exclude: str | tuple[str, ...] | None = None
+    exclude_packages: tuple[str, ...] = ("proxycomp",)
     text_field: str = "text"
     min_bytes: int = 200
     max_bytes: int = 200_000
@@ -135,6 +144,14 @@ class CorpusConfig:
                 raise CorpusError(f"data.corpus.{name} {value!r} looks like a list YAML could not read (a bare * "
                                   'starts a YAML alias); quote each pattern: ["**/*.py", "**/*.rs"]')
             object.__setattr__(self, name, value if isinstance(value, str) or value is None else patterns)
+        if isinstance(self.exclude_packages, str):
+            raise CorpusError(f"data.corpus.exclude_packages must be a list of package names, got "
+                              f"{self.exclude_packages!r}; write [{self.exclude_packages}]")
+        object.__setattr__(self, "exclude_packages", tuple(self.exclude_packages))  # YAML and JSON give lists
+        bad = [name for name in self.exclude_packages if not name.isidentifier()]
+        if bad:
+            raise CorpusError(f"data.corpus.exclude_packages: {bad[0]!r} is not a top-level package name "
+                              "(an identifier, e.g. proxycomp)")
         if self.source not in SOURCES:
             raise CorpusError(f"unknown corpus source {self.source!r}; known: {', '.join(SOURCES)}")
         if self.source == "python-sources" and (self.path or self.val_path):
@@ -193,7 +210,7 @@ def _read_kept(c: CorpusConfig, path: str | None, split: str, seed: int, report:
     policy = c.on_invalid_utf8 or ("skip" if c.source == "python-sources" else "error")
     kept: list[Document] = []
     counts = dataclasses.replace(report)  # this read's own counts, for the message when nothing is kept
-    for doc, size in _read_source(c, path, split, seed, field):
+    for doc, size in _read_source(c, path, split, seed, field, report):
         report.seen += 1
         report.seen_bytes += size
         if size < c.min_bytes:
@@ -222,11 +239,13 @@ def _read_kept(c: CorpusConfig, path: str | None, split: str, seed: int, report:
         if c.max_documents is not None and len(kept) >= c.max_documents:
             break
     if not kept:
-        seen, small, large, dup, bad = (getattr(report, k) - getattr(counts, k)
-                                        for k in ("seen", "too_small", "too_large", "duplicates", "invalid_utf8"))
+        excluded, seen, small, large, dup, bad = (
+            getattr(report, k) - getattr(counts, k)
+            for k in ("excluded", "seen", "too_small", "too_large", "duplicates", "invalid_utf8"))
         raise CorpusError(
-            f"corpus {where} is empty after filtering ({seen} seen, {small} under min_bytes={c.min_bytes}, {large} "
-            f"over max_bytes={c.max_bytes}, {dup} duplicates, {bad} non-UTF-8); check path/glob or the size limits"
+            f"corpus {where} is empty after filtering ({excluded} files of exclude_packages left out, {seen} seen, "
+            f"{small} under min_bytes={c.min_bytes}, {large} over max_bytes={c.max_bytes}, {dup} duplicates, {bad} "
+            "non-UTF-8); check path/glob, exclude_packages or the size limits"
         )
     return kept
 
@@ -256,9 +275,11 @@ def _split(docs: list[Document], val_fraction: float, seed: int, where: str, rep
     return [d for d in docs if d.group not in val_groups], [d for d in docs if d.group in val_groups]
 
 
-def _read_source(c: CorpusConfig, path: str | None, split: str, seed: int, field: str) -> Iterator[_Candidate]:
+def _read_source(c: CorpusConfig, path: str | None, split: str, seed: int, field: str,
+                 report: CorpusReport) -> Iterator[_Candidate]:
     if c.source == "python-sources":
-        yield from _read_files(_python_source_files(), c.min_bytes, c.max_bytes, c.max_documents, seed)
+        files = _without_packages(_python_source_files(), c.exclude_packages, report)
+        yield from _read_files(files, c.min_bytes, c.max_bytes, c.max_documents, seed)
         return
     if not path:
         raise CorpusError(f"corpus source {c.source!r} needs {field} (a {_what_it_reads(c.source)})")
@@ -273,6 +294,7 @@ def _read_source(c: CorpusConfig, path: str | None, split: str, seed: int, field
         if not files:
             raise CorpusError(f"no file in {path} matches glob {c.glob!r}"
                               + (f" outside exclude {c.exclude!r}" if c.exclude else "") + "; set data.corpus.glob")
+        files = _without_packages(files, c.exclude_packages, report)
         yield from _read_files(files, c.min_bytes, c.max_bytes, c.max_documents, seed)
     elif c.source == "jsonl":
         for file in _data_files(root, "jsonl"):
@@ -304,6 +326,45 @@ def _matching_files(root: Path, globs: str | tuple[str, ...],
             if file.is_file() and not excluded(rel):
                 files[rel] = file
     return [(rel, file, rel) for rel, file in files.items()]
+
+
+def _without_packages(files: list[tuple[str, Path, str]], packages: tuple[str, ...],
+                      report: CorpusReport) -> list[tuple[str, Path, str]]:
+    """`files` (name, path, group) less those of `packages` (CorpusConfig.exclude_packages), counted in `report`.
+
+    By name: a folder of the package's name on the way below the root, as in site-packages or a copy of it made of
+    links (`cp -rs`). By real path: a file that resolves into a folder the package is imported or installed from,
+    whatever the links to it are called.
+    """
+    if not packages:
+        return files
+    names, folders = set(packages), _package_folders(packages)
+
+    def excluded(name: str, file: Path) -> bool:
+        if names.intersection(Path(name).parts[:-1]):
+            return True
+        real = os.path.realpath(file)
+        return any(real.startswith(folder) for folder in folders)
+
+    kept = [f for f in files if not excluded(f[0], f[1])]
+    report.excluded += len(files) - len(kept)
+    return kept
+
+
+def _package_folders(packages: tuple[str, ...]) -> tuple[str, ...]:
+    """The real paths (each ending in a separator) of the folders `packages` are imported from (their import specs:
+    a checkout on sys.path shadows an installed copy) and installed in (site-packages)."""
+    paths = sysconfig.get_paths()
+    folders = set()
+    for name in packages:
+        candidates = [Path(paths[key]) / name for key in ("purelib", "platlib")]
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):  # a broken install, or a module without a spec: the names still count
+            spec = None
+        candidates += [Path(p) for p in (spec.submodule_search_locations or ())] if spec is not None else []
+        folders.update(os.path.join(os.path.realpath(p), "") for p in candidates if p.is_dir())
+    return tuple(sorted(folders))
 
 
 def _data_files(root: Path, ext: str) -> list[Path]:

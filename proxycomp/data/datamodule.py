@@ -304,7 +304,7 @@ class ProxyDataModule(L.LightningDataModule):
             self.hparams.mixing["total_steps"] = saved_steps
             if self.corpus is not None:
                 self._write_artifacts()  # the manifest names the schedule trained on
-        changed = changed_fields(saved, self.config.resume_fields(), defaults=_DEFAULT_RESUME_CONFIG)
+        changed = changed_fields(saved, self.config.resume_fields(), defaults=self._resume_defaults())
         if changed:
             raise DataStateError(
                 f"the checkpoint's data stream was made with other settings ({'; '.join(changed)}); "
@@ -318,6 +318,9 @@ class ProxyDataModule(L.LightningDataModule):
                 f"the checkpoint's data stream was made from other training documents than these "
                 f"({self.corpus.report.summary()}); the same settings read other files here. Resume on the same "
                 "data, or start a new run from the weights with --init_from"
+                + ("" if "exclude_packages" in saved["corpus"] else " (a checkpoint written before "
+                   "data.corpus.exclude_packages read those packages too: --data.corpus.exclude_packages [] reads "
+                   "them again)")
             )
         self._batches_consumed = int(state_dict["batches_consumed"])
         self._cursors = {int(k): StreamCursor.from_list(v) for k, v in state_dict["cursors"].items()}
@@ -329,9 +332,17 @@ class ProxyDataModule(L.LightningDataModule):
             return {k: config[k] for k in SCORED_FIELDS if k in config}
 
         now = self.config.resume_fields()
-        return changed_fields(scored(saved), scored(now), defaults=scored(_DEFAULT_RESUME_CONFIG))
+        return changed_fields(scored(saved), scored(now), defaults=scored(self._resume_defaults()))
 
     # ---- helpers --------------------------------------------------------------------------------------------
+    def _resume_defaults(self) -> dict[str, Any]:
+        """What a field missing from a saved data state counts as: its default, except corpus.exclude_packages,
+        which counts as this run's. States written before it existed excluded nothing, yet most read no file of the
+        packages it names; whether they did is the train digest's to say, not the setting's."""
+        defaults = json.loads(json.dumps(_DEFAULT_RESUME_CONFIG))
+        defaults["corpus"]["exclude_packages"] = list(self.config.corpus.exclude_packages)
+        return defaults
+
     def _rank_and_world(self) -> tuple[int, int]:
         """This process's rank and the number of training processes (0, 1 outside a Trainer)."""
         trainer = self.trainer

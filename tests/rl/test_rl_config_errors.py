@@ -2,8 +2,12 @@
 command needs no translation of ValueErrors at its boundary."""
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+import yaml
+
+from proxycomp.cli import main as proxycomp
 from proxycomp.errors import UserError
 from proxycomp.gym_bridge.rl.cli import RLConfigError, parse_config
 from proxycomp.gym_bridge.rl.config import FabricSettings, GymSettings, RLConfig
@@ -39,3 +43,25 @@ def test_each_config_class_raises_rl_config_error(cls, values, named):
 def test_parse_config_passes_a_nested_refusal_through_unchanged():
     with pytest.raises(RLConfigError, match=r"^PolicyLossConfig.clip_low: must be in \(0, 1\), got 2.0$"):
         parse_config(["--ckpt", "x", "--algorithm.loss.clip_low", "2"])
+
+
+def test_a_context_past_the_pretrained_one_is_refused_unless_told():
+    assert RLConfig().context(4096) == 4096  # null: the checkpoint's own
+    assert RLConfig(max_context=2048).context(4096) == 2048
+    with pytest.raises(RLConfigError, match="^max_context 6144 is past the 4096 symbols the --ckpt was pretrained at"):
+        RLConfig(max_context=6144).context(4096)
+    assert RLConfig(max_context=6144, extrapolate_context=True).context(4096) == 6144
+
+
+def test_rl_refuses_the_context_before_the_run_folder_exists(tiny_ckpt, tmp_path, capsys):
+    out = tmp_path / "run"  # the tiny checkpoint is pretrained at 4096 symbols
+    assert proxycomp(["rl", "--ckpt", str(tiny_ckpt), "--out", str(out), "--tasks", "[relu]",
+                      "--max_context", "6144"]) == 2
+    assert "past the 4096 symbols the --ckpt was pretrained at" in capsys.readouterr().err and not out.exists()
+
+
+def test_the_family_policy_is_pretrained_at_the_rl_context():
+    recipes = Path(__file__).resolve().parents[2] / "recipes"
+    policy = yaml.safe_load((recipes / "pretrain" / "h200_policy.yaml").read_text())
+    rl = yaml.safe_load((recipes / "rl" / "h200_family.yaml").read_text())
+    assert rl["max_context"] == policy["data"]["seq_len"] and not rl.get("extrapolate_context")
