@@ -105,6 +105,8 @@ class WarmStartConfig:
         grad_clip: gradient norm clip
         label_tasks: train tasks whose variants the gym judges (the first N); the rest give their solution alone;
             null: every train task
+        sft_tasks: train tasks the warm start learns from (the first N); RL then trains on the others, so that what
+            RL gains on its tasks is not the warm start's memory of them; null: every train task for both
         fix_share: share of fix examples (broken code and its feedback -> the correct code) in a batch
         first_turn_broken_share: share of broken code among the first-turn replies
         log_every: print the mean loss every this many steps
@@ -117,6 +119,7 @@ class WarmStartConfig:
     weight_decay: float = 0.0
     grad_clip: float = GRAD_CLIP
     label_tasks: int | None = None
+    sft_tasks: int | None = None
     fix_share: float = 0.4
     first_turn_broken_share: float = 0.0
     log_every: int = 10
@@ -128,9 +131,21 @@ class WarmStartConfig:
                                 "save_every >= 1")
         if self.label_tasks is not None and self.label_tasks < 0:
             raise RLConfigError(f"warmstart.label_tasks: must be >= 0 (or null for all), got {self.label_tasks}")
+        if self.sft_tasks is not None and self.sft_tasks < 1:
+            raise RLConfigError(f"warmstart.sft_tasks: must be >= 1 (or null for all), got {self.sft_tasks}")
         for name in ("fix_share", "first_turn_broken_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise RLConfigError(f"warmstart.{name}: must be in [0, 1], got {getattr(self, name)}")
+
+    def split_tasks(self, tasks: Sequence[Task]) -> tuple[list[Task], list[Task]]:
+        """(the warm start's tasks, RL's tasks): apart with `sft_tasks` (and a warm start to keep them from), else
+        the same. Refuses a split that leaves RL nothing."""
+        if self.sft_tasks is None or self.steps == 0:
+            return list(tasks), list(tasks)
+        if len(tasks) <= self.sft_tasks:
+            raise RLConfigError(f"warmstart.sft_tasks={self.sft_tasks} takes all {len(tasks)} train tasks; RL needs "
+                                "some outside the warm start's")
+        return list(tasks[:self.sft_tasks]), list(tasks[self.sft_tasks:])
 
 
 def reply_text(code: str) -> str:

@@ -84,12 +84,15 @@ def test_sft_on_the_family_then_rl_with_rows_per_evaluation_set(family_dir, tiny
                    "--tasks_per_step", "1", "--steps", "1", "--rollout.samples_per_task", "2",
                    "--rollout.max_bytes", "3072", "--rollout.prompt_max_bytes", "1000", "--max_context", "4096",
                    "--warmstart.steps", "2", "--warmstart.batch_size", "2", "--warmstart.label_tasks", "1",
-                   "--warmstart.fix_share", "0.3", "--evaluation.splits", "[heldout]", "--evaluation.tasks", "[relu]",
+                   "--warmstart.fix_share", "0.3", "--warmstart.sft_tasks", "4",
+                   "--evaluation.splits", "[heldout]", "--evaluation.tasks", "[relu]",
                    "--evaluation.samples_per_task", "1", "--evaluation.turns", "1",
                    "--evaluation.code_bytes", "0"])  # the code figure is test_rl_trainer's; here it cost 10 s
     assert status == 0
     corpus = [json.loads(line) for line in (out / "warmstart" / "corpus.jsonl").read_text().splitlines()]
-    assert {"wrong_op", "launch_error"} <= {v["kind"] for v in corpus} and sum(v["status"] == "" for v in corpus) == 5
+    assert {"wrong_op", "launch_error"} <= {v["kind"] for v in corpus} and sum(v["status"] == "" for v in corpus) == 3
+    rl_tasks = {json.loads(line)["task"] for line in (out / "rollouts.jsonl").read_text().splitlines()}
+    assert rl_tasks and not rl_tasks & {v["task"] for v in corpus}  # RL trains outside the warm start's 4 tasks
     before = json.loads((out / "eval_before.json").read_text())
     sets = {"heldout:op", "heldout:composition", "tasks"}
     assert {(r["split"], r["phase"]) for r in before if r["task"] == "all"} == {
