@@ -289,12 +289,12 @@ def _sum_rows(keys: torch.Tensor, grad_x: torch.Tensor, grad_y: torch.Tensor, su
     slots = torch.empty(2, 2 * chunks, dim, device=keys.device, dtype=torch.float32)
     row_start = torch.empty(vocab, device=keys.device, dtype=torch.int32)  # see _finish_rows_kernel
     grid = (chunks, column_blocks)
-    _SEGMENT_SUMS[grid](grad_x, grad_y, sorted_keys, perm, sums[0], sums[1], slots[0], slots[1], row_start, n,
-                               dim, CHUNK=chunk, PRECISION=_dot_precision(grad_x.dtype),
-                               BLOCK_T=BLOCK_T, BLOCK_D=block_d, num_warps=4)
+    _SEGMENT_SUMS[grid](grad_x, grad_y, sorted_keys, perm, sums[0], sums[1], slots[0], slots[1], row_start, n, dim,
+                        CHUNK=chunk, PRECISION=_dot_precision(grad_x.dtype), BLOCK_T=BLOCK_T, BLOCK_D=block_d,
+                        num_warps=4)
     for slot, out in zip(slots, sums):
         _FINISH_ROWS[grid](sorted_keys, row_start, slot, out, n, vocab, dim, chunks, CHUNK=chunk,
-                                  BLOCK_C=BLOCK_C, BLOCK_R=BLOCK_R, BLOCK_D=block_d, num_warps=4)
+                           BLOCK_C=BLOCK_C, BLOCK_R=BLOCK_R, BLOCK_D=block_d, num_warps=4)
 
 
 # The launchers are torch custom ops, as the attention's are: torch.compile records one opaque call each instead of
@@ -346,9 +346,8 @@ def embedding_rmsnorm_bwd(keys, grad_x, grad_y, weight, norm_weight, eps):
     block_r = max(1, min(8, 4096 // block_d))
     programs = min(cdiv(vocab, block_r), 512)  # bounds the partial dnorm_weight rows to add up
     dg_part = torch.empty(programs, dim, device=weight.device, dtype=torch.float32)
-    _ROWS_BWD[(programs,)](sums[0], sums[1], weight, norm_weight, dw, dg_part, vocab, dim,
-                                          weight.stride(0), eps, BLOCK_R=block_r, BLOCK_D=block_d,
-                                          num_warps=8 if block_d >= 2048 else 4)
+    _ROWS_BWD[(programs,)](sums[0], sums[1], weight, norm_weight, dw, dg_part, vocab, dim, weight.stride(0), eps,
+                           BLOCK_R=block_r, BLOCK_D=block_d, num_warps=8 if block_d >= 2048 else 4)
     return dw, dg_part.sum(0).to(norm_weight.dtype)
 
 

@@ -179,8 +179,8 @@ def split_checkpoint(path: str | Path, out_dir: str | Path, max_bytes: int = SHA
         shards[-1][name], size = small.contiguous(), size + nbytes
     out_dir = Path(out_dir)
     files = [f"weights.{i:02d}.pt" for i in range(len(shards))]
-    state = {"checkpoint": checkpoint, "order": collections.get("state_dict", []), "collections": collections,
-             "moments": moments, "dtypes": dtypes, "aliases": aliases, "shards": files}
+    state = {"checkpoint": checkpoint, "collections": collections, "moments": moments, "dtypes": dtypes,
+             "aliases": aliases, "shards": files}
     written = []
     for name, payload in [*zip(files, shards), (STATE_FILE, state)]:
         AtomicCheckpointIO().save_checkpoint(payload, out_dir / name)
@@ -209,7 +209,8 @@ def join_checkpoint(folder: str | Path, out: str | Path) -> Path:
     tensors |= {name: tensors[target] for name, target in state["aliases"].items()}
     checkpoint = state["checkpoint"]
     # Files of a split from before RL checkpoints had collections: their one collection is fit's state_dict.
-    for collection, names in state.get("collections", {"state_dict": state["order"]}).items():
+    collections = state["collections"] if "collections" in state else {"state_dict": state["order"]}
+    for collection, names in collections.items():
         prefix = "" if collection == "state_dict" else f"{collection}:"
         checkpoint[collection] = {name: tensors[prefix + name] for name in names}
     optimizers = _optimizer_states(checkpoint)

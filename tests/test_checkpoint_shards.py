@@ -103,3 +103,14 @@ def test_an_exact_split_keeps_dtypes_and_moments(half):
     assert want["state"] and got["state"].keys() == want["state"].keys()
     for param, moments in want["state"].items():
         assert all(torch.equal(got["state"][param][k], v) for k, v in moments.items())
+
+
+def test_shards_written_before_rl_checkpoints_still_join(half):
+    """A state.pt of the earlier format names fit's weights in `order`, with no `collections` or `moments`."""
+    split_checkpoint(half / "half.ckpt", half / "legacy", MAX_BYTES)
+    state = torch.load(half / "legacy" / STATE_FILE, weights_only=True)
+    state["order"] = state.pop("collections")["state_dict"]
+    del state["moments"]
+    torch.save(state, half / "legacy" / STATE_FILE)
+    joined = torch.load(join_checkpoint(half / "legacy", half / "legacy.ckpt"), weights_only=True)
+    assert list(joined["state_dict"]) == list(torch.load(half / "half.ckpt", weights_only=True)["state_dict"])
