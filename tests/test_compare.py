@@ -1,4 +1,5 @@
-"""The equal-compute comparison: budget accounting, token scoring, stability, replay, and a CPU smoke of all arms."""
+"""The equal-compute comparison: budget accounting, token scoring, stability, the twins' streams, statistics, and a CPU
+smoke of all arms."""
 from __future__ import annotations
 
 import json
@@ -19,17 +20,21 @@ from proxycomp.cli import main as proxycomp
 from proxycomp.compare import ARMS, Budget, CompareError, CompareSpec, Comparison, parse_arms, plan_arm
 from proxycomp.compare.arms import SIZE_LR
 from proxycomp.compare.cli import parse_seeds, parse_spec
-from proxycomp.compare.replay import raw_views_seen
+from proxycomp.compare.curve import sample_documents
+from proxycomp.compare.stats import paired_interval, t_quantile, verdict, welch_interval
 from proxycomp.compare.spec import PRESETS
 from proxycomp.compare.stability import compressor_stats, delete_characters, levenshtein
 from proxycomp.data import (
-    CorpusConfig, CorpusError, MixingSchedule, ProxyDataModule, ReplayStream, ScheduleError, StreamCursor,
+    CURSOR_KEY, CorpusConfig, CorpusError, DataConfig, MixingSchedule, ProxyDataModule, ReplayStream, ScheduleError,
+    StreamCursor,
 )
+from proxycomp.data.datamodule import DataStateError
+from proxycomp.data.packing import documents_per_epoch, epochs_passed
 from proxycomp.lit import ProxyLM
 from proxycomp.model import ModelConfig, Transformer
 from proxycomp.scoring import score_documents
-from proxycomp.views import RawView, ViewConfig, serialize_views, train_spm
-from proxycomp.vocab import BOS, RAW_OFFSET, RAW_SIZE, SENTINELS
+from proxycomp.views import ViewConfig, serialize_views, train_spm
+from proxycomp.vocab import BOS, EOS, PAD, RAW_OFFSET, RAW_SIZE, SENTINELS
 
 STDLIB_PACKAGES = ("json", "email", "http", "urllib", "logging", "concurrent", "importlib", "xml", "wsgiref", "html")
 
@@ -123,6 +128,10 @@ def test_bad_budgets_and_arm_lists_are_refused():
     with pytest.raises(CompareError, match="twice"):
         parse_arms("byte,byte")
     assert [a.name for a in parse_arms("raw_subset,proxy_spm")] == ["proxy_spm", "raw_subset"]
+    with pytest.raises(DataStateError, match="drop_views"):
+        DataConfig(views=ViewConfig(("raw", "spm")), drop_views=("zstd",))
+    with pytest.raises(DataStateError, match="drop_views"):
+        DataConfig(views=ViewConfig(("raw", "spm")), drop_views=("raw",))
 
 
 # ---- token scoring ------------------------------------------------------------------------------------------
@@ -195,21 +204,34 @@ def test_replay_stream_packs_the_stream_once_in_order_and_resumes():
     assert len(resumed) == len(batches) - 2
 
 
+def _is_raw(ids) -> np.ndarray:
+    ids = np.asarray(ids)
+    return (ids >= RAW_OFFSET) & (ids < RAW_OFFSET + RAW_SIZE)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
-def test_replay_collects_every_raw_symbol_the_proxy_stream_showed(corpus_dir, tmp_path, workers):
-    dm = _dm(corpus_dir, tmp_path, views=["raw", "zstd"], schedule="paper", num_workers=workers)
-    dm.setup("fit")
-    steps = 12
-    seen = [b for _, b in zip(range(steps), dm.train_dataloader())]
-    replay = raw_views_seen(iter(seen), steps)
-    raw_in_batches = sum(int(((b["input_ids"] >= RAW_OFFSET) & (b["input_ids"] < RAW_OFFSET + RAW_SIZE)).sum())
-                         for b in seen)
-    raw_in_replay = int(((replay >= RAW_OFFSET) & (replay < RAW_OFFSET + RAW_SIZE)).sum())
-    assert raw_in_replay == raw_in_batches > 0
-    # Raw views (whole documents, or chunks of paired ones), then those the last step cut: each a part of a document.
-    docs = [d.data for d in dm.corpus.train]
-    texts = [RawView(RAW_OFFSET).decode(body[2:-2]) for body in np.split(replay, np.flatnonzero(replay == BOS)[1:])]
-    assert all(any(text in doc for doc in docs) for text in texts)
+def test_raw_subset_step_k_holds_the_raw_symbols_of_proxy_spm_step_k(corpus_dir, tmp_path, workers):
+    proxy = _dm(corpus_dir, tmp_path / "p", num_workers=workers)
+    subset = _dm(corpus_dir, tmp_path / "s", num_workers=workers, drop_views=("spm",))
+    for dm in (proxy, subset):
+        dm.setup("fit")
+    dropped = {*SENTINELS["spm"], *proxy.vocabulary.range("spm")}
+    raw_targets = spm_inputs = 0
+    for _, (p, s) in zip(range(12), zip(proxy.train_dataloader(), subset.train_dataloader())):
+        assert torch.equal(p[CURSOR_KEY], s[CURSOR_KEY])  # the same place in the same stream
+        for row in range(p["input_ids"].shape[0]):
+            kept = [x for x in p["input_ids"][row].tolist() if x not in dropped]
+            spm_inputs += p["input_ids"].shape[1] - len(kept)
+            ids = s["input_ids"][row].tolist()
+            # the partner's inputs without spm, then at most the window's last symbol, then padding
+            assert ids[:len(kept)] == kept and all(x == PAD for x in ids[len(kept) + 1:])
+            # every raw byte the partner predicted is predicted here, from the same raw symbol before it
+            assert _is_raw(p["targets"][row]).sum() == _is_raw(s["targets"][row]).sum()
+            raw_targets += int(_is_raw(p["targets"][row]).sum())
+            # what is left of a paired context is the raw-only context of its text: </raw> then <eos>
+            closes = [i for i, x in enumerate(ids[:-1]) if x == SENTINELS["raw"][1] and ids[i + 1] != PAD]
+            assert all(ids[i + 1] == EOS for i in closes)
+    assert raw_targets > 0 and spm_inputs > 0
 
 
 # ---- specs and the tool -------------------------------------------------------------------------------------
@@ -238,7 +260,6 @@ def test_compare_reports_bad_input_in_one_line(tmp_path, capsys):
     cases = [
         (["--arms", "byte,gzip"], "unknown"),
         (["--budget", "0"], "positive"),
-        (["--arms", "raw_subset"], "add proxy_spm"),
         (["--preset", "nope"], "known presets"),
         (["--seq_len", "x"], "seq_len"),
         (["--corpus.source", "folder", "--arms", "byte"], "needs data.corpus.path"),  # an error of the data layer
@@ -250,10 +271,11 @@ def test_compare_reports_bad_input_in_one_line(tmp_path, capsys):
         assert not any("Traceback" in line for line in err)
     assert proxycomp(["compare", "--out", str(tmp_path / "o"), "--preset", "h200_base", "--dry_run"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 7 and all("steps" in line for line in lines[:6]) and "raw_subset" in lines[6]
+    assert len(lines) == len(ARMS) and all("steps" in line for line in lines)
+    assert len({line.split("vocab")[1] for line in lines if "spm" in line.split(":")[0]}) == 1  # twins step alike
     # a flag overrides the preset
     assert proxycomp(["compare", "--out", str(tmp_path / "o"), "--preset", "h200_base", "--budget", "6e15",
-                      "--arms", "byte", "--dry_run"]) == 0
+                      "--match", "flops", "--arms", "byte", "--dry_run"]) == 0
     assert "357 steps" in capsys.readouterr().out  # 6e15 / (2.56e8 FLOPs x 65,536 symbols per step)
     assert proxycomp(["compare", "--out", str(tmp_path / "o"), "--resume_from", str(tmp_path / "none")]) == 2
     assert "no results.json" in capsys.readouterr().err
@@ -267,57 +289,115 @@ def test_results_from_other_settings_are_not_resumed(tmp_path):
 
 
 @pytest.mark.parametrize("match", ["flops", "symbols"])
-def test_the_masked_twin_trains_on_its_proxy_arms_batches_for_its_steps(tmp_path, match):
+def test_twins_differ_from_their_partner_in_one_setting_only(tmp_path, match):
+    """Same data settings (hence batches), steps, learning-rate schedule and initialization (the same views, so the
+    same vocabulary, and seed) as the partner, at every seed; the one difference is the twin's."""
     spec = CompareSpec(budget=3e11 if match == "flops" else 4e5, match=match)
     comparison = Comparison(spec, tmp_path)
-    proxy, twin = ARMS["proxy_spm"], ARMS["proxy_spm_masked"]
-    plan = comparison.plan(proxy)
-    assert comparison.plan(twin).max_steps == plan.max_steps
-    configs = {(arm.name, seed): comparison.fit_config(arm, plan, tmp_path / arm.name / str(seed), seed)
-               for arm in (proxy, twin) for seed in (0, 1)}
 
-    def data(arm, seed):
-        return {k: v for k, v in configs[arm, seed]["data"].items() if k != "artifacts_dir"}
+    def config(name: str, seed: int) -> dict:
+        arm = ARMS[name]
+        c = comparison.fit_config(arm, comparison.plan(arm), tmp_path / "runs" / str(seed), seed)
+        del c["data"]["artifacts_dir"]
+        return json.loads(json.dumps(c).replace(name, "ARM"))  # paths name the arm
 
-    assert data("proxy_spm", 1) == data("proxy_spm_masked", 1) != data("proxy_spm", 0)
-    assert configs["proxy_spm_masked", 0]["model"]["loss_targets"] == "raw"
-    assert configs["proxy_spm", 0]["model"]["loss_targets"] == "all"
+    def difference(a: dict, b: dict) -> dict:
+        return {k: (a[k], b[k]) for k in a if a[k] != b[k]} if isinstance(a, dict) else {"": (a, b)}
+
+    for twin, partner, differs in (("proxy_spm_masked", "proxy_spm", ("model", "loss_targets", "raw", "all")),
+                                   ("raw_subset", "proxy_spm", ("data", "drop_views", ["spm"], [])),
+                                   ("proxy_zstd_masked", "proxy_zstd", ("model", "loss_targets", "raw", "all"))):
+        for seed in (0, 1):
+            a, b = config(twin, seed), config(partner, seed)
+            section, key, mine, theirs = differs
+            assert difference(a, b) == {section: (a[section], b[section])}
+            assert difference(a[section], b[section]) == {key: (mine, theirs)}
+        assert comparison.plan(ARMS[twin]).max_steps == comparison.plan(ARMS[partner]).max_steps
+    data0, data1 = config("proxy_spm", 0), config("proxy_spm", 1)
     # a training seed changes initialization, order and view draws, not the split or the tokenizer
-    assert configs["proxy_spm", 1]["seed_everything"] == data("proxy_spm", 1)["stream_seed"] == 1
-    assert data("proxy_spm", 1)["seed"] == data("proxy_spm", 0)["seed"] == spec.seed
-    assert configs["proxy_spm", 0]["model"]["optim"]["lr"] == SIZE_LR["tiny"]
+    assert data1["seed_everything"] == data1["data"]["stream_seed"] == 1
+    assert data1["data"]["seed"] == data0["data"]["seed"] == spec.seed
+    assert data0["model"]["optim"]["lr"] == SIZE_LR["tiny"]
 
 
-def test_seeds_are_reported_as_mean_and_spread(tmp_path):
+def test_t_intervals_match_the_tables_and_pair_only_twins():
+    for df, quantile in ((1, 12.706), (2, 4.303), (4, 2.776), (30, 2.042)):
+        assert t_quantile(0.975, df) == pytest.approx(quantile, abs=1e-3)
+    # paired: the per-seed differences 0.1, 0.2, 0.3 -> 0.2 +- 4.303 * 0.1 / sqrt(3)
+    ci = paired_interval({"0": 1.1, "1": 1.2, "2": 1.3, "9": 5.0}, {"0": 1.0, "1": 1.0, "2": 1.0})
+    assert ci == pytest.approx({"mean": 0.2, "low": 0.2 - 0.24842, "high": 0.2 + 0.24842, "seeds": 3}, abs=1e-4)
+    assert verdict(ci) == "inside the noise" and verdict(None).startswith("no interval")
+    # Welch with equal variances and sizes: df = 4, se = sqrt(2 * 0.01 / 3)
+    ci = welch_interval([1.1, 1.2, 1.3], [2.1, 2.2, 2.3])
+    assert ci["mean"] == pytest.approx(-1.0) and ci["high"] == pytest.approx(-1.0 + 2.7764 * 0.08165, abs=1e-3)
+    assert verdict(ci) == "outside the noise"
+    assert paired_interval({"0": 1.0}, {"0": 2.0}) is None and welch_interval([1.0], [1.0, 2.0]) is None
+
+
+def test_seeds_are_reported_with_paired_and_welch_intervals(tmp_path):
     spec = CompareSpec(budget=4e5, match="symbols")
     comparison = Comparison(spec, tmp_path)
 
     def run(arm: str, bpb: float) -> dict:
         return {"status": "done", "plan": comparison.plan(ARMS[arm]).to_dict(), "budget_share": 1.0, "wall_s": 3,
-                "val_bpb": bpb, "val_bpb_raw_ids": bpb - 0.1, "val_bpb_perturbed": bpb + 0.5}
+                "val_bpb": bpb, "val_bpb_raw_ids": bpb - 0.1, "val_bpb_perturbed": bpb + 0.5,
+                "raw_bytes_seen": 1000, "epochs": 0.5}
 
     comparison.results["arms"] = {
-        "proxy_spm": {"0": run("proxy_spm", 2.0), "1": run("proxy_spm", 2.2)},
-        "proxy_spm_masked": {"0": run("proxy_spm_masked", 2.5), "1": run("proxy_spm_masked", 2.4)},
+        "proxy_spm": {"0": run("proxy_spm", 2.0), "1": run("proxy_spm", 2.2), "2": run("proxy_spm", 2.1)},
+        "proxy_spm_masked": {"0": run("proxy_spm_masked", 2.36), "1": run("proxy_spm_masked", 2.54),
+                             "2": run("proxy_spm_masked", 2.46)},
+        "raw_subset": {"0": run("raw_subset", 2.01), "1": run("raw_subset", 2.19), "2": run("raw_subset", 2.12)},
         "byte": {"0": run("byte", 1.5), "1": {"status": "running"}},
     }
     comparison.save()
     table = (tmp_path / "results.md").read_text()
     assert "Matched on symbols" in table
-    assert "| proxy_spm | raw+spm (paper) | done | 0,1 |" in table and "| 2.1000 | 0.2000 | 2.0000 | 2.6000 |" in table
-    assert "| proxy_spm_masked | raw+spm (paper, loss on raw only) | done | 0,1 |" in table
+    assert "| proxy_spm | raw+spm (paper) | done | 0,1,2 |" in table
+    assert "| 2.1000 | 0.2000 | 2.0000 | 2.6000 |" in table
+    assert "| proxy_spm_masked | raw+spm (paper, loss on raw only) | done | 0,1,2 |" in table
+    assert "| raw_subset | raw+spm (paper, spm removed) | done | 0,1,2 |" in table
+    assert "| 1e+03 | 0.50 |" in table
     assert "| byte | raw (byte) | 1/2 done | 0,1 |" in table
     assert "| 1.5000 |  | 1.4000 |" in table  # one seed: no spread
-    assert json.loads((tmp_path / "results.json").read_text())["contrasts"]["proxy_spm - byte (main claim)"] == (
-        pytest.approx({"val_bpb": 0.6, "val_bpb_raw_ids": 0.6, "noise": 0.2}))
-    transfer = json.loads((tmp_path / "results.json").read_text())["contrasts"][
-        "proxy_spm_masked - proxy_spm (transfer: same batches)"]
-    assert transfer == pytest.approx({"val_bpb": 0.35, "val_bpb_raw_ids": 0.35, "noise": 0.2})
-    assert "| proxy_spm_masked - proxy_spm (transfer: same batches) | +0.3500 | +0.3500 | 0.2000 |" in table
+    found = json.loads((tmp_path / "results.json").read_text())["contrasts"]
+    # byte has one finished seed: no interval
+    assert found["proxy_spm - byte (main claim)"]["val_bpb"] == pytest.approx(0.6)
+    assert found["proxy_spm - byte (main claim)"]["interval"] is None
+    # the masked twin is 0.35 worse at every seed give or take: paired, outside the noise
+    masked = found["proxy_spm_masked - proxy_spm (predicting spm)"]
+    assert masked["paired"] and masked["verdict"] == "outside the noise" and masked["interval"]["seeds"] == 3
+    assert masked["interval"]["low"] > 0.2
+    # raw_subset moves with proxy_spm seed by seed: +0.01, -0.01, +0.02 is inside the noise
+    transfer = found["raw_subset - proxy_spm (transfer)"]
+    assert transfer["paired"] and transfer["verdict"] == "inside the noise"
+    assert transfer["val_bpb"] == pytest.approx(0.02 / 3)
+    assert "| raw_subset - proxy_spm (transfer) | +0.0067 | +0.0067 | [" in table
+    assert "paired | 3 | inside the noise" in table
     assert parse_seeds("0,1") == [0, 1]
     for bad in ("0,x", "1,1", ","):
         with pytest.raises(CompareError, match="--seeds"):
             parse_seeds(bad)
+
+
+def test_held_out_documents_are_drawn_at_random_and_alike_for_every_run():
+    documents = [bytes([65 + i % 26]) * (100 + i) for i in range(200)]
+    drawn = sample_documents(documents, 5_000, seed=3)
+    assert drawn == sample_documents(documents, 5_000, seed=3) != sample_documents(documents, 5_000, seed=4)
+    assert sum(map(len, drawn)) <= 5_000 and len(set(drawn)) == len(drawn)
+    assert max(documents.index(d) for d in drawn) > 100  # not the leading documents in path order
+    assert sorted(sample_documents(documents, None, 0)) == sorted(documents)
+    assert sample_documents(documents, 10, 0) and len(sample_documents(documents, 10, 0)) == 1  # at least one
+
+
+def test_epochs_count_each_rows_share_of_the_documents():
+    n, workers, rows = 50, 2, 3
+    shares = {(w, k): documents_per_epoch(n, workers, rows, w, k) for w in range(workers) for k in range(rows)}
+    assert sum(shares.values()) == n
+    whole = {w: StreamCursor(9, tuple((shares[w, k], 0) for k in range(rows))) for w in range(workers)}
+    assert epochs_passed(n, workers, rows, whole) == pytest.approx(1.0)
+    half = {0: StreamCursor(9, tuple((2 * shares[0, k], 0) for k in range(rows)))}  # worker 1 has not started
+    assert epochs_passed(n, workers, rows, half) == pytest.approx(1.0)
 
 
 # ---- the CPU smoke of the whole comparison ------------------------------------------------------------------
@@ -356,13 +436,19 @@ def test_cpu_smoke_of_every_arm_at_equal_budget_with_resume(corpus_dir, tmp_path
             assert a["steps"] == a["plan"]["max_steps"] and len(a["curve"]) >= 3 and a["curve"][0]["step"] == 0
             assert math.isfinite(a["val_bpb"]) and math.isfinite(a["val_bpb_perturbed"])
             assert (a["val_bpb_raw_ids"] is None) == (name == "bpe")
-            if name != "raw_subset":
-                assert a["flops"] <= spec.budget < a["flops"] + step
+            assert a["flops"] <= spec.budget < a["flops"] + step
             if a["val_bpb_raw_ids"] is not None:
                 assert a["val_bpb_raw_ids"] <= a["val_bpb"]
-        assert arms["raw_subset"]["symbols"] < arms["proxy_spm"]["symbols"]
-        assert arms["proxy_spm_masked"]["steps"] == arms["proxy_spm"]["steps"]
-        assert arms["proxy_spm_masked"]["val_bpb"] != arms["proxy_spm"]["val_bpb"]
+            assert a["raw_bytes_seen"] == a["targets_seen"]["raw"] and a["epochs"] >= 0
+        # the twins saw proxy_spm's raw bytes, step for step; raw_subset none of its spm
+        spm_seen = arms["proxy_spm"]["targets_seen"]["spm"]
+        for twin in ("proxy_spm_masked", "raw_subset"):
+            assert arms[twin]["steps"] == arms["proxy_spm"]["steps"]
+            assert arms[twin]["raw_bytes_seen"] == arms["proxy_spm"]["raw_bytes_seen"] > 0
+            assert arms[twin]["epochs"] == arms["proxy_spm"]["epochs"]
+            assert arms[twin]["val_bpb"] != arms["proxy_spm"]["val_bpb"]
+        assert arms["raw_subset"]["targets_seen"]["spm"] == 0
+        assert arms["proxy_spm_masked"]["targets_seen"]["spm"] == spm_seen > 0
         assert set(results["compressors"]) == {"raw", "spm", "zstd", "brotli"}
         table = (out / "results.md").read_text()
         assert all(f"| {name} |" in table for name in ARMS)
@@ -382,6 +468,8 @@ def test_cpu_smoke_of_every_arm_at_equal_budget_with_resume(corpus_dir, tmp_path
         assert json.loads((cut / "results.json").read_text())["arms"]["byte"]["0"]["status"] == "running"
         resumed = Comparison(spec, cut).run([ARMS["byte"]])["arms"]["byte"]["0"]
         assert resumed["resumed"] and resumed["steps"] == arms["byte"]["steps"]
+        seen = ("raw_bytes_seen", "epochs")
+        assert [resumed[k] for k in seen] == [arms["byte"][k] for k in seen]
         assert resumed["val_bpb"] == pytest.approx(arms["byte"]["val_bpb"], abs=1e-5)
         steps, bpb = zip(*[(p["step"], p["val_bpb"]) for p in arms["byte"]["curve"]])
         assert [p["step"] for p in resumed["curve"]] == list(steps)

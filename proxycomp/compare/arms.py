@@ -17,21 +17,25 @@ class Arm:
     schedule: str  # data.mixing.kind (proxycomp.data.mixing)
     role: str  # one line for the report
     loss_targets: str = "all"  # model.loss_targets (proxycomp.lit)
-    twin_of: str | None = None  # an arm whose stream and steps this one trains on
+    twin_of: str | None = None  # an arm whose data, steps, schedule and initialization this one shares
+    drop_views: tuple[str, ...] = ()  # data.drop_views: views removed from its windows after the draw
 
 
-# Report order; `raw_subset` replays `proxy_spm`'s stream, so it must come after it.
+# Report order. A twin shares its partner's views (so its vocabulary and initialization) and stream, and differs in
+# one thing: the loss mask (the masked twins) or the compressed segments removed from every window (raw_subset).
 ARMS: dict[str, Arm] = {arm.name: arm for arm in (
     Arm("byte", ("raw",), "byte", "byte-only baseline"),
     Arm("proxy_spm", ("raw", "spm"), "paper", "proxy: SentencePiece BPE view (the paper's main claim)"),
-    Arm("proxy_spm_masked", ("raw", "spm"), "paper", "proxy_spm's batches, steps and schedule, spm targets left out "
-        "of the loss (transfer control)", loss_targets="raw", twin_of="proxy_spm"),
+    Arm("proxy_spm_masked", ("raw", "spm"), "paper", "proxy_spm's windows with the spm targets out of the loss "
+        "(does predicting the view help beyond reading it)", loss_targets="raw", twin_of="proxy_spm"),
+    Arm("raw_subset", ("raw", "spm"), "paper", "proxy_spm's windows with the spm segments removed: its raw symbols "
+        "step by step (transfer control)", twin_of="proxy_spm", drop_views=("spm",)),
     Arm("proxy_zstd", ("raw", "zstd"), "paper", "proxy: zstd view (stability control)"),
+    Arm("proxy_zstd_masked", ("raw", "zstd"), "paper", "proxy_zstd's windows with the zstd targets out of the loss",
+        loss_targets="raw", twin_of="proxy_zstd"),
     Arm("proxy_brotli", ("raw", "brotli"), "paper", "proxy: brotli view (stability control)"),
     Arm("bpe", ("raw", "spm"), "tokens", "tokenizer baseline: BPE tokens only"),
-    Arm("raw_subset", ("raw",), "byte", "byte-only on the raw views proxy_spm saw (transfer control, below budget)"),
 )}
-RAW_SUBSET_SOURCE = "proxy_spm"
 
 MODEL_SIZES: dict[str, dict[str, int]] = {
     "tiny": {"d_model": 64, "n_layers": 2, "n_heads": 2},  # CPU smoke
@@ -46,7 +50,7 @@ SIZE_LR: dict[str, float] = {"tiny": 3e-3, "small": 2.4e-3, "base": 1.7e-3}
 
 
 def parse_arms(text: str) -> list[Arm]:
-    """Arms named in a comma-separated list, in report order (so raw_subset follows proxy_spm)."""
+    """Arms named in a comma-separated list, in report order."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in ARMS]
     if unknown or not names:

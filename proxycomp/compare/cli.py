@@ -3,8 +3,8 @@ JSON and plot.
 
     proxycomp compare --preset cpu_smoke --out runs/compare_smoke
     proxycomp compare --budget 2e15 --match flops --model_size tiny \\
-        --arms byte,proxy_spm,proxy_spm_masked,proxy_zstd,proxy_brotli,bpe,raw_subset --out runs/compare
-    proxycomp compare --preset h200_fidelity --arms proxy_spm,proxy_spm_masked --seeds 0,1 --out $OUT/fidelity
+        --arms byte,proxy_spm,proxy_spm_masked,raw_subset,proxy_zstd,proxy_brotli,bpe --out runs/compare
+    proxycomp compare --preset h200_small --arms byte,proxy_spm,proxy_spm_masked,raw_subset --seeds 0,1,2 --out $OUT/s
 
 Settings come from CompareSpec's defaults, then the preset (a shipped name or a YAML file of CompareSpec fields),
 then the flags: every field is one (`--corpus.max_documents 300`). Run again with the same --out to resume:
@@ -25,10 +25,11 @@ from proxycomp.compare.spec import CompareSpec, preset_path
 
 def _parser():
     p = command_parser("proxycomp compare", __doc__.split("\n\n")[0])
-    p.add_argument("--preset", action="config", help="a shipped preset (cpu_smoke, h200_small, h200_base) or a YAML "
-                                                     "file of the fields below; later flags override it")
+    p.add_argument("--preset", action="config", help="a shipped preset (cpu_smoke, h200_small, h200_base, "
+                                                     "h200_fidelity) or a YAML file of the fields below; later "
+                                                     "flags override it")
     p.add_argument("--out", required=True, help="results folder (JSON, table, plot, tokenizer); resumed if it exists")
-    p.add_argument("--work_dir", help="checkpoints, logs, replay stream; null: OUT/work")
+    p.add_argument("--work_dir", help="checkpoints and logs; null: OUT/work")
     p.add_argument("--resume_from", help="a results folder of an earlier call (e.g. fetched from a device) to "
                                          "continue in --out; its results.json and spm.model are copied there first")
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, from {','.join(ARMS)}")
@@ -84,8 +85,6 @@ def main(argv: Sequence[str]) -> int:
         for plan in comparison.dry_run(arms):
             print(f"{plan.arm:>16}: vocab {plan.vocab_size:>6}  {plan.flops_per_symbol:.3g} FLOPs/symbol  "
                   f"{plan.max_steps:>7} steps  {plan.symbols:.3g} symbols  {plan.flops:.3g} FLOPs")
-        if any(arm.name == "raw_subset" for arm in arms):
-            print("      raw_subset: one pass over the raw views proxy_spm saw (steps known after proxy_spm)")
         return 0
     comparison.run(arms, seeds)
     print(f"results in {args.out}: results.md, results.json, bpb_vs_compute.png")

@@ -5,13 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from proxycomp.compare.arms import ARMS, RAW_SUBSET_SOURCE, SIZE_LR
+from proxycomp.compare.arms import ARMS, SIZE_LR
+from proxycomp.compare.stats import LEVEL, paired_interval, verdict, welch_interval
 
-# (label, arm a, arm b, what a negative a - b means)
+# (label, arm a, arm b, what a negative a - b means). Transfer and the masked twins answer different questions:
+# raw_subset - proxy_spm is what the spm segments (read and predicted) gave raw bytes at the same raw symbols, steps
+# and schedule; a masked twin - its proxy arm is what predicting the view gave beyond reading it.
 CONTRASTS = (
     ("proxy_spm - byte (main claim)", "proxy_spm", "byte", "the proxy beats bytes"),
-    ("proxy_spm_masked - proxy_spm (transfer: same batches)", "proxy_spm_masked", "proxy_spm", "no transfer"),
-    ("raw_subset - proxy_spm (transfer: its raw views only)", "raw_subset", RAW_SUBSET_SOURCE, "no transfer"),
+    ("raw_subset - proxy_spm (transfer)", "raw_subset", "proxy_spm", "the spm segments cost raw bytes"),
+    ("proxy_spm_masked - proxy_spm (predicting spm)", "proxy_spm_masked", "proxy_spm", "predicting spm costs"),
+    ("proxy_zstd_masked - proxy_zstd (predicting zstd)", "proxy_zstd_masked", "proxy_zstd", "predicting zstd costs"),
     ("proxy_zstd - byte", "proxy_zstd", "byte", "zstd transfers"),
     ("proxy_brotli - byte", "proxy_brotli", "byte", "brotli transfers"),
     ("proxy_zstd - proxy_spm", "proxy_zstd", "proxy_spm", "zstd beats spm"),
@@ -21,10 +25,14 @@ CONTRASTS = (
 SCORES = ("val_bpb", "val_bpb_raw_ids", "val_bpb_perturbed")
 
 
+def _done(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {seed: run for seed, run in runs.items() if run.get("status") == "done"}
+
+
 def summary(runs: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """Over an arm's finished seeds: how many, and per score its mean and, over two seeds or more, its spread
     (max - min); None if none finished."""
-    done = [run for run in runs.values() if run.get("status") == "done"]
+    done = list(_done(runs).values())
     if not done:
         return None
     out: dict[str, Any] = {"seeds": len(done)}
@@ -37,18 +45,28 @@ def summary(runs: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
-def contrasts(arms: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, float]]:
-    """Differences of mean final val bpb (full softmax, and over raw ids where both have it) between arm pairs that
-    both finished, with the larger seed spread of the two as the noise to read them against (None: one seed each)."""
-    done = {name: s for name, runs in arms.items() if (s := summary(runs))}
+def paired(a: str, b: str) -> bool:
+    """Whether two arms share each training seed's initialization and stream (one is the other's twin)."""
+    return ARMS[a].twin_of == b or ARMS[b].twin_of == a
+
+
+def contrasts(arms: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Differences of final val bpb between arm pairs that both finished: the difference of means, the raw-ids one
+    where both have it, and a t interval over training seeds (paired seed by seed for twins, Welch's otherwise) with
+    its verdict."""
     out = {}
     for label, a, b, _ in CONTRASTS:
-        if a in done and b in done:
-            x, y = done[a], done[b]
-            spreads = [s["val_bpb_spread"] for s in (x, y) if "val_bpb_spread" in s]
-            out[label] = {"val_bpb": x["val_bpb"] - y["val_bpb"], "noise": max(spreads) if spreads else None}
-            if "val_bpb_raw_ids" in x and "val_bpb_raw_ids" in y:
-                out[label]["val_bpb_raw_ids"] = x["val_bpb_raw_ids"] - y["val_bpb_raw_ids"]
+        x, y = _done(arms.get(a, {})), _done(arms.get(b, {}))
+        if not x or not y:
+            continue
+        sx, sy = summary(x), summary(y)
+        pair = paired(a, b)
+        values = ({s: r["val_bpb"] for s, r in x.items()}, {s: r["val_bpb"] for s, r in y.items()})
+        interval = paired_interval(*values) if pair else welch_interval(*(list(v.values()) for v in values))
+        out[label] = {"val_bpb": sx["val_bpb"] - sy["val_bpb"], "paired": pair, "interval": interval,
+                      "verdict": verdict(interval)}
+        if "val_bpb_raw_ids" in sx and "val_bpb_raw_ids" in sy:
+            out[label]["val_bpb_raw_ids"] = sx["val_bpb_raw_ids"] - sy["val_bpb_raw_ids"]
     return out
 
 
@@ -69,8 +87,8 @@ def markdown(results: dict[str, Any], title: str) -> str:
         f"Perturbed: the same documents with {spec['perturb_rate']:.0%} of characters deleted.",
         "",
         "| arm | trains on | status | seeds | vocab | matmul params | FLOPs/symbol | steps | symbols | FLOPs | "
-        "share of budget | val bpb | spread | val bpb (raw ids) | perturbed bpb | wall s |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "share of budget | raw bytes seen | epochs | val bpb | spread | val bpb (raw ids) | perturbed bpb | wall s |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, arm in ARMS.items():
         if name not in arms:
@@ -80,24 +98,33 @@ def markdown(results: dict[str, Any], title: str) -> str:
         p, s = first.get("plan", {}), summary(runs) or {}
         n_done = s.get("seeds", 0)
         status = "done" if n_done == len(runs) else f"{n_done}/{len(runs)} done"
-        trains_on = f"{'+'.join(arm.views)} ({arm.schedule}{', loss on raw only' if arm.loss_targets == 'raw' else ''})"
+        notes = [arm.schedule, *(["loss on raw only"] if arm.loss_targets == "raw" else []),
+                 *(f"{view} removed" for view in arm.drop_views)]
+        trains_on = f"{'+'.join(arm.views)} ({', '.join(notes)})"
         walls = [run["wall_s"] for run in runs.values() if "wall_s" in run]
+        raw_seen = _mean(run.get("raw_bytes_seen") for run in runs.values())
+        epochs = _mean(run.get("epochs") for run in runs.values())
         lines.append(
             f"| {name} | {trains_on} | {status} | {','.join(runs)} | {p.get('vocab_size', '')} | "
             f"{_num(p.get('matmul_params'), ',')} | {_num(p.get('flops_per_symbol'), '.3g')} | "
             f"{p.get('max_steps', '')} | {_num(p.get('symbols'), ',')} | {_num(p.get('flops'), '.3g')} | "
-            f"{_num(first.get('budget_share'), '.3f')} | {_num(s.get('val_bpb'), '.4f')} | "
+            f"{_num(first.get('budget_share'), '.3f')} | {_num(raw_seen, '.3g')} | {_num(epochs, '.2f')} | "
+            f"{_num(s.get('val_bpb'), '.4f')} | "
             f"{_num(s.get('val_bpb_spread'), '.4f')} | {_num(s.get('val_bpb_raw_ids'), '.4f')} | "
             f"{_num(s.get('val_bpb_perturbed'), '.4f')} | {_num(sum(walls) / len(walls) if walls else None, '.0f')} |"
         )
     diffs = contrasts(arms)
     if diffs:
         lines += ["",
-                  "| contrast (mean val bpb) | value | raw ids | noise (larger seed spread) | a negative value means |",
-                  "|---|---:|---:|---:|---|"]
+                  f"| contrast (mean val bpb) | value | raw ids | {LEVEL:.0%} interval over seeds | seeds | "
+                  "reads as | a negative value means |",
+                  "|---|---:|---:|---|---:|---|---|"]
         meaning = {label: text for label, _, _, text in CONTRASTS}
-        lines += [f"| {label} | {d['val_bpb']:+.4f} | {_num(d.get('val_bpb_raw_ids'), '+.4f')} | "
-                  f"{_num(d['noise'], '.4f')} | {meaning[label]} |" for label, d in diffs.items()]
+        for label, d in diffs.items():
+            ci = d["interval"]
+            span = f"[{ci['low']:+.4f}, {ci['high']:+.4f}] {'paired' if d['paired'] else 'Welch'}" if ci else ""
+            lines.append(f"| {label} | {d['val_bpb']:+.4f} | {_num(d.get('val_bpb_raw_ids'), '+.4f')} | {span} | "
+                         f"{ci['seeds'] if ci else ''} | {d['verdict']} | {meaning[label]} |")
     comp = results.get("compressors")
     if comp:
         lines += [
@@ -112,14 +139,26 @@ def markdown(results: dict[str, Any], title: str) -> str:
         lines += [f"| {v} | {s['bytes_per_symbol']:.3f} | {s['edit_distance']:.3f} |" for v, s in comp.items()]
     lines += [
         "",
-        "`proxy_spm_masked` trains on `proxy_spm`'s batches for its steps on its schedule, with the spm targets left "
-        "out of the loss: what the proxy arm gains over it is what learning to predict the compressed view gave raw "
-        "bytes. `raw_subset` trains once over the raw views `proxy_spm` saw, so it spends only their share of the "
-        f"budget. The plot's curve points score the first {spec['curve_max_bytes']:,} held-out bytes; the table scores "
-        f"{'all' if spec['eval_max_bytes'] is None else 'the first ' + format(spec['eval_max_bytes'], ',')} of them.",
+        "Twins: `proxy_spm_masked` and `raw_subset` train on `proxy_spm`'s windows with its steps, schedule, "
+        "initialization and order at each seed (so their contrasts with it are paired seed by seed); the masked twin "
+        "leaves the spm targets out of the loss, raw_subset removes the spm segments from the windows (it sees the "
+        "raw symbols of each of proxy_spm's steps and nothing else). `proxy_zstd_masked` is proxy_zstd's masked twin. "
+        "Raw bytes seen: raw-byte targets in the batches trained on; epochs: passes over the train documents, in "
+        f"whatever view. Scores: {_eval_slice(spec['eval_max_bytes'])} held-out bytes drawn at random (seed "
+        f"{spec['seed']}), the same documents for every run; the plot's points score "
+        f"{spec['curve_max_bytes']:,} of them.",
         "",
     ]
     return "\n".join(lines)
+
+
+def _eval_slice(max_bytes: int | None) -> str:
+    return "all" if max_bytes is None else f"{max_bytes:,}"
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
 
 
 def _num(value: Any, fmt: str) -> str:

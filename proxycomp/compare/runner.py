@@ -4,7 +4,7 @@ A run is one arm at one training seed (initialization, document order and view d
 corpus split and the SentencePiece model, made with the spec's `seed`. State lives in two folders. `out` holds what
 a reader needs and what must survive a device call: the results JSON (spec, per-run status, plans, curves, scores),
 the markdown table, the plot and the shared SentencePiece model. `work_dir` holds what is large or disposable: each
-run's generated `proxycomp fit` config, checkpoints, logs, and the raw-subset replay streams. A finished run is
+run's generated `proxycomp fit` config, checkpoints and logs. A finished run is
 skipped; an unfinished one resumes from its last checkpoint in `work_dir` if there is one, else starts again.
 """
 from __future__ import annotations
@@ -13,36 +13,26 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import yaml
 
-from proxycomp.compare.arms import ARMS, RAW_SUBSET_SOURCE, Arm, CompareError
+from proxycomp.compare.arms import ARMS, Arm, CompareError
 from proxycomp.compare.budget import ArmPlan, Budget, plan_arm
-from proxycomp.compare.curve import ValBpbCurve, leading_documents
-from proxycomp.compare.replay import raw_views_seen
+from proxycomp.compare.curve import ValBpbCurve, sample_documents
 from proxycomp.compare.report import contrasts, markdown, plot
 from proxycomp.compare.spec import CompareSpec
 from proxycomp.compare.stability import compressor_stats, delete_characters
-from proxycomp.data import (
-    Corpus,
-    DataConfig,
-    MixingSchedule,
-    ProxyDataModule,
-    ReplayStream,
-    load_corpus,
-)
+from proxycomp.data import Corpus, DataConfig, MixingSchedule, load_corpus
 from proxycomp.defaults import GRAD_CLIP, default_device, default_precision
-from proxycomp.files import atomic_path, write_atomic
+from proxycomp.files import write_atomic
 from proxycomp.scoring import score_documents
 from proxycomp.views import ViewConfig, train_spm
 
-RESULTS_FORMAT = 2  # 2: runs per training seed
+RESULTS_FORMAT = 3  # 2: runs per training seed; 3: held-out documents drawn at random, raw_subset steps with proxy_spm
 RESULTS_FILE, TABLE_FILE, PLOT_FILE, SPM_FILE = "results.json", "results.md", "bpb_vs_compute.png", "spm.model"
 STATS_VIEWS = ("raw", "spm", "zstd", "brotli")
 
@@ -93,30 +83,19 @@ class Comparison:
         return self.results["arms"].get(arm, {}).get(str(seed), {})
 
     # ---- plans --------------------------------------------------------------------------------------------
-    def plan(self, arm: Arm, seed: int = 0) -> ArmPlan:
-        """The arm's steps: from the budget; raw_subset's from the replay of `seed`; a twin's from its source arm."""
+    def plan(self, arm: Arm) -> ArmPlan:
+        """The arm's steps: from the budget, or a twin's from its partner's."""
         s = self.spec
-        steps = None
-        if arm.name == "raw_subset":
-            replay = np.load(self.replay_file(seed), mmap_mode="r")
-            steps = ReplayStream(replay, s.seq_len, s.batch_size).num_batches
-        elif arm.twin_of:
-            steps = self.plan(ARMS[arm.twin_of], seed).max_steps
+        steps = self.plan(ARMS[arm.twin_of]).max_steps if arm.twin_of else None
         return plan_arm(arm, self.budget, s.model, s.seq_len, s.batch_size, s.spm_vocab_size, steps)
 
     def dry_run(self, arms: Sequence[Arm]) -> list[ArmPlan]:
-        """Plans of the budgeted arms (raw_subset's steps are known only once proxy_spm has run)."""
-        return [self.plan(arm) for arm in arms if arm.name != "raw_subset"]
+        return [self.plan(arm) for arm in arms]
 
     # ---- the run ------------------------------------------------------------------------------------------
     def run(self, arms: Sequence[Arm], seeds: Sequence[int] | None = None) -> dict[str, Any]:
         """Every arm at every training seed (default: the spec's seed), arm by arm."""
         seeds = list(seeds or [self.spec.seed])
-        names = [arm.name for arm in arms]
-        missing = [seed for seed in seeds if self.record(RAW_SUBSET_SOURCE, seed).get("status") != "done"]
-        if "raw_subset" in names and RAW_SUBSET_SOURCE not in names and missing:
-            raise CompareError(f"raw_subset replays {RAW_SUBSET_SOURCE}'s training stream: add {RAW_SUBSET_SOURCE} to "
-                               f"--arms or finish it first in the same --out (seeds {missing})")
         if self.spec.cpu_threads and not torch.cuda.is_available():
             torch.set_num_threads(self.spec.cpu_threads)
         if any("spm" in arm.views for arm in arms) or self.results["compressors"] is None:
@@ -138,7 +117,7 @@ class Comparison:
     def run_arm(self, arm: Arm, seed: int) -> dict[str, Any]:
         from proxycomp.lightning_cli import build_cli  # Lightning is slow to import; the dry run does without
 
-        plan = self.plan(arm, seed)
+        plan = self.plan(arm)
         name = f"{arm.name} seed {seed}"
         arm_dir = self.work_dir / arm.name / f"seed{seed}"
         last = arm_dir / "checkpoints" / "last.ckpt"
@@ -164,15 +143,19 @@ class Comparison:
         fit_s = time.perf_counter() - start
         curve = next(c for c in trainer.callbacks if isinstance(c, ValBpbCurve)).points
         self.log(f"{name}: fit in {fit_s:.0f} s (data setup included), scoring")
-        documents = leading_documents([d.data for d in dm.corpus.val], self.spec.eval_max_bytes)
+        documents = self.eval_documents([d.data for d in dm.corpus.val])
         # Lightning's teardown leaves the model on the CPU; score it where it trained (the Triton backend needs CUDA).
         model = lm.model.to(default_device())
         s, view = self.spec, dm.scored_view
         clean = score_documents(model, documents, s.seq_len, s.stride, view, s.eval_batch_size)
         perturbed = score_documents(model, self.perturbed(documents), s.seq_len, s.stride, view, s.eval_batch_size)
         used = plan.flops if self.budget.match == "flops" else plan.symbols
+        seen = lm.targets_seen()
         record.update({
             "status": "done", "steps": trainer.global_step, "symbols": plan.symbols, "flops": plan.flops,
+            # what the run saw: targets per view (raw: its raw bytes) and passes over the train documents
+            "targets_seen": seen, "raw_bytes_seen": seen and seen["raw"], "epochs": dm.epochs_passed(),
+            "train_bytes": dm.corpus.report.train_bytes,
             "budget_share": used / self.budget.value, "resumed": resume, "curve": curve,
             "val_bpb": clean.bits_per_byte, "val_bpb_raw_ids": clean.raw_ids_bits_per_byte,
             "val_bpb_perturbed": perturbed.bits_per_byte, "eval_bytes": clean.bytes, "eval_documents": clean.documents,
@@ -184,8 +167,8 @@ class Comparison:
     def fit_config(self, arm: Arm, plan: ArmPlan, arm_dir: Path, seed: int) -> dict[str, Any]:
         """The `proxycomp fit` config of one run (linked fields — vocab, context, total_steps — left to the CLI).
 
-        Arms with the same views and schedule (a proxy arm and its twin) get the same data settings: the same
-        batches at the same seed."""
+        Arms with the same views and schedule (a proxy arm and its twins) get the same data settings, so the same
+        batches at the same seed (raw_subset's without the dropped views), and the same initialization."""
         s = self.spec
         every = max(1, plan.max_steps // s.curve_points)
         data = DataConfig(
@@ -195,8 +178,7 @@ class Comparison:
                              spm_model_file=str(self.out / SPM_FILE) if "spm" in arm.views else None),
             mixing=MixingSchedule(kind=arm.schedule),
             seq_len=s.seq_len, batch_size=s.batch_size, num_workers=s.num_workers,
-            artifacts_dir=str(arm_dir / "data"), seed=s.seed, stream_seed=seed,
-            replay_file=str(self.replay_file(seed)) if arm.name == "raw_subset" else None,
+            artifacts_dir=str(arm_dir / "data"), seed=s.seed, stream_seed=seed, drop_views=arm.drop_views,
         ).to_dict()
         del data["mixing"]["total_steps"]  # linked from trainer.max_steps by the CLI
         return {
@@ -215,7 +197,8 @@ class Comparison:
                             "init_args": {"save_dir": str(arm_dir), "name": "logs"}}],
                 "callbacks": [{"class_path": "proxycomp.compare.curve.ValBpbCurve",
                                "init_args": {"every_n_steps": every, "max_bytes": s.curve_max_bytes,
-                                             "stride": s.stride, "batch_size": s.eval_batch_size}}],
+                                             "stride": s.stride, "batch_size": s.eval_batch_size,
+                                             "seed": s.seed}}],
             },
             "checkpoint": {"dirpath": str(arm_dir / "checkpoints"), "monitor": None, "save_top_k": 0,
                            "save_last": True, "every_n_train_steps": every},
@@ -253,30 +236,11 @@ class Comparison:
         s = self.spec
         views = ViewConfig(STATS_VIEWS, s.spm_vocab_size).build(self.spm_model())
         val = [d.data for d in self.corpus.val]
-        stability = [d for d in val if len(d) <= s.stats_max_doc_bytes][: s.stats_documents] or [min(val, key=len)]
-        return compressor_stats(views, leading_documents(val, s.eval_max_bytes), stability, s.perturb_rate, s.seed)
+        drawn = sample_documents(val, None, s.seed)
+        stability = [d for d in drawn if len(d) <= s.stats_max_doc_bytes][: s.stats_documents] or [min(val, key=len)]
+        return compressor_stats(views, self.eval_documents(val), stability, s.perturb_rate, s.seed)
 
-    def replay_file(self, seed: int) -> Path:
-        """The raw-subset stream of one seed: replayed from proxy_spm's recorded data settings at that seed once, then
-        kept in work_dir."""
-        path = self.work_dir / "raw_subset" / f"seed{seed}" / "replay.npy"
-        if path.is_file():
-            return path
-        source = self.record(RAW_SUBSET_SOURCE, seed)
-        if source.get("status") != "done":
-            raise CompareError(f"raw_subset replays {RAW_SUBSET_SOURCE}'s training stream: finish {RAW_SUBSET_SOURCE} "
-                               f"seed {seed} first (same --out), then run raw_subset")
-        steps = source["plan"]["max_steps"]
-        self.log(f"replaying {RAW_SUBSET_SOURCE} seed {seed}'s {steps} training batches to collect its raw views")
-        # Paths of this call, not of the one that trained proxy_spm (a device call's folders differ each time).
-        data = DataConfig.from_dict(source["data"])
-        dm = ProxyDataModule.from_config(replace(
-            data, views=replace(data.views, spm_model_file=str(self.out / SPM_FILE)),
-            mixing=replace(data.mixing, total_steps=steps), artifacts_dir=str(path.parent / "data"),
-        ))
-        dm.setup("fit")
-        symbols = raw_views_seen(dm.train_dataloader(), steps)
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as fh:  # np.save would add .npy to a name without it
-                np.save(fh, symbols)
-        return path
+    def eval_documents(self, val: Sequence[bytes]) -> list[bytes]:
+        """The held-out documents of the final scores: `eval_max_bytes` of them drawn with the spec's seed, the same
+        for every arm and training seed."""
+        return sample_documents(val, self.spec.eval_max_bytes, self.spec.seed)

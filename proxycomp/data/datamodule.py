@@ -2,7 +2,9 @@
 
 Train batches mix views by the schedule (compression runs in DataLoader workers); validation batches are
 raw views of held-out documents (the compressed view under the `tokens` schedule, whose model never sees raw
-bytes). A `replay_file` replaces the mixed stream by a fixed one (the raw-subset control of the comparison).
+bytes). A `replay_file` replaces the mixed stream by a fixed one; `drop_views` removes views from the mixed stream's
+windows after the schedule drew them (the raw-subset control of the comparison: its partner's windows without the
+compressed segments).
 The DataModule's state (batches consumed, each worker's stream cursor, the SentencePiece model bytes) travels
 in the Lightning checkpoint, so a resumed run sees exactly the batches an uninterrupted one would and needs
 nothing outside the checkpoint.
@@ -42,6 +44,7 @@ from proxycomp.data.packing import (
     StreamCursor,
     TrainStream,
     ValWindows,
+    epochs_passed,
 )
 from proxycomp.errors import UserError
 from proxycomp.files import write_atomic
@@ -52,7 +55,8 @@ from proxycomp.vocab import Vocabulary
 STATE_FORMAT = 3  # 3: one stream per batch row
 # What a field added since a checkpoint was written counts as: its default (JSON values, as the state holds them).
 _DEFAULT_RESUME_CONFIG = json.loads(json.dumps(
-    {"corpus": asdict(CorpusConfig()), "views": asdict(ViewConfig()), "mixing": asdict(MixingSchedule())}))
+    {"corpus": asdict(CorpusConfig()), "views": asdict(ViewConfig()), "mixing": asdict(MixingSchedule()),
+     "drop_views": []}))
 # The held-out documents (the corpus, split by the seed) and the views they are scored in; batch size, workers
 # and the schedule change how a checkpoint is trained on, not what its validation measures.
 SCORED_FIELDS = ("corpus", "views", "seed")
@@ -82,8 +86,14 @@ class DataConfig:
     replay_file: str | None = None
     seed: int = 0
     stream_seed: int | None = None
+    drop_views: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "drop_views", tuple(self.drop_views))
+        unknown = [name for name in self.drop_views if name == "raw" or name not in self.views.names]
+        if unknown:
+            raise DataStateError(f"data.drop_views {list(self.drop_views)}: names only compressed views among "
+                                 f"data.views.names {list(self.views.names)}; {unknown} is not one")
         if self.seq_len < 2 or self.batch_size < 1 or self.num_workers < 0:
             raise DataStateError(
                 f"need data.seq_len >= 2, data.batch_size >= 1, data.num_workers >= 0; got {self.seq_len}, "
@@ -131,6 +141,7 @@ class ProxyDataModule(L.LightningDataModule):
         replay_file: str | None = None,
         seed: int = 0,
         stream_seed: int | None = None,
+        drop_views: tuple[str, ...] = (),
     ) -> None:
         """Corpus, views and mixing schedule, packed into windows of `seq_len` symbols.
 
@@ -148,10 +159,13 @@ class ProxyDataModule(L.LightningDataModule):
             seed: corpus split, SentencePiece sample, document order and view draws
             stream_seed: document order and view draws instead of seed, which then keeps the split and the
                 SentencePiece sample (a comparison's training seeds share one split); null: seed
+            drop_views: compressed views drawn, encoded and packed as usual, then removed from every window (their
+                segments and sentinels; the rest of the window moves up, padding fills the end): the stream of the run
+                without them minus those views, step for step
         """
         super().__init__()
         self.config = DataConfig(corpus, views, mixing, seq_len, batch_size, num_workers, val_windows, artifacts_dir,
-                                 replay_file, seed, stream_seed)
+                                 replay_file, seed, stream_seed, drop_views)
         self.save_hyperparameters(self.config.to_dict())  # plain values: the checkpoint loads with weights_only
         self.vocabulary: Vocabulary = self.config.views.vocabulary()
         self.vocab_size: int = self.vocabulary.size
@@ -325,6 +339,15 @@ class ProxyDataModule(L.LightningDataModule):
         self._batches_consumed = int(state_dict["batches_consumed"])
         self._cursors = {int(k): StreamCursor.from_list(v) for k, v in state_dict["cursors"].items()}
 
+    def epochs_passed(self) -> float | None:
+        """Passes over the train documents the mixed stream has made so far (whatever views they were drawn in); None
+        for a replay stream."""
+        if self.config.replay_file:
+            return None
+        workers = max(1, self.config.num_workers)
+        rows = self.config.batch_size * self._rank_and_world()[1]
+        return epochs_passed(len(self._require_corpus().train), workers, rows, self._cursors)
+
     def scored_changes(self, saved: dict[str, Any]) -> list[str]:
         """"field: saved -> now" for the settings that decide what validation scores (which documents are held out,
         and in which view) that differ between a checkpoint's data state (`config`) and this module."""
@@ -353,7 +376,7 @@ class ProxyDataModule(L.LightningDataModule):
                       world_size: int = 1) -> TrainStream:
         c = self.config
         return TrainStream([d.data for d in self._require_corpus().train], c.views, spm_model, c.mixing, c.seq_len,
-                           batch_size, c.order_seed, batches_consumed, cursors, rank, world_size)
+                           batch_size, c.order_seed, batches_consumed, cursors, rank, world_size, c.drop_views)
 
     def _require_corpus(self) -> Corpus:
         if self.corpus is None:

@@ -45,7 +45,7 @@ from proxycomp.data.mixing import MixingSchedule, choose_views
 from proxycomp.data.pairing import is_whole_pair, max_pair_symbols, paired_contexts
 from proxycomp.losses import IGNORE_INDEX
 from proxycomp.views import RawView, View, ViewConfig, serialize_views
-from proxycomp.vocab import BOS, PAD, RAW_OFFSET
+from proxycomp.vocab import BOS, PAD, RAW_OFFSET, Vocabulary
 
 CURSOR_KEY = "stream_cursor"
 
@@ -172,6 +172,21 @@ class StreamCursor:
         return cls(batches, tuple(zip(rows[0::2], rows[1::2])))
 
 
+def documents_per_epoch(n_documents: int, workers: int, n_rows: int, logical: int, row: int) -> int:
+    """How many of an epoch's documents row `row` of logical worker `logical` takes (see the module docstring)."""
+    return len(range(logical + workers * row, n_documents, workers * n_rows))
+
+
+def epochs_passed(n_documents: int, workers: int, n_rows: int, cursors: dict[int, StreamCursor]) -> float:
+    """Passes over the documents that the row streams have made by `cursors` (each row's documents passed over its
+    share of an epoch, averaged over the rows of every logical worker; a worker with no cursor yet has passed none)."""
+    total = 0.0
+    for logical in range(workers):
+        rows = cursors[logical].rows if logical in cursors else ((0, 0),) * n_rows
+        total += sum(n / documents_per_epoch(n_documents, workers, n_rows, logical, k) for k, (n, _) in enumerate(rows))
+    return total / (workers * n_rows)
+
+
 def logical_worker(batches_consumed: int) -> tuple[int, int]:
     """(logical worker, worker count) of the calling DataLoader worker: after `batches_consumed` batches the
     round-robin has moved on, so physical worker i plays logical worker (i + batches_consumed) mod W."""
@@ -244,6 +259,7 @@ class TrainStream(IterableDataset):
         cursors: dict[int, StreamCursor] | None = None,
         rank: int = 0,
         world_size: int = 1,
+        drop_views: Sequence[str] = (),
     ):
         _check_rank(rank, world_size)
         self.documents = documents
@@ -257,6 +273,7 @@ class TrainStream(IterableDataset):
         self.cursors = cursors or {}
         self.rank = rank
         self.world_size = world_size
+        self.dropped = dropped_ids(view_config.vocabulary(), drop_views)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         for rows, cursor in self.batch_rows():
@@ -290,7 +307,7 @@ class TrainStream(IterableDataset):
 
         def row_stream(k: int, document: int, start: int) -> _RowStream:
             first = logical + workers * k
-            per_epoch = len(range(first, len(self.documents), streams))
+            per_epoch = documents_per_epoch(len(self.documents), workers, n_rows, logical, k)
 
             def sample(n: int, at: int) -> tuple[int, list[np.ndarray]]:
                 epoch, i = divmod(n, per_epoch)
@@ -301,11 +318,16 @@ class TrainStream(IterableDataset):
 
             return _RowStream(sample, T, cursor.batches, document, start)
 
+        def kept(row: list[tuple[int, np.ndarray]]) -> list[tuple[int, np.ndarray]]:
+            if self.dropped is None:
+                return row
+            return [(index, rest) for index, piece in row if len(rest := piece[~self.dropped[piece]])]
+
         row_streams = [row_stream(k, *cursor.rows[k]) for k in range(n_rows)]
         while True:
             windows = [stream.next_window() for stream in row_streams]  # every row, to keep every cursor
             state = [logical, row_streams[0].window, *(x for stream in row_streams for x in stream.cursor)]
-            yield [windows[k] for k in mine], state
+            yield [kept(windows[k]) for k in mine], state
 
     def contexts(self, data: bytes, views: Sequence[View]) -> list[np.ndarray]:
         """A document's contexts in the chosen views: one, or aligned chunks of a long paired document."""
@@ -324,6 +346,21 @@ class TrainStream(IterableDataset):
             rows += len(batch)
         return {"batches": batches, "rows": self.batch_size, "documents_per_batch": documents / batches,
                 "paired_row_share": paired / rows}
+
+
+def dropped_ids(vocabulary: Vocabulary, views: Sequence[str]) -> np.ndarray | None:
+    """A table over ids, True for the symbols of `views` (their range and sentinels); None when there are none.
+
+    Removing them from a window removes those views' segments whole: a compressed view's symbols have ids of their
+    own, so what is left of a paired context ``<bos><raw> x </raw><spm> y </spm><eos>`` is ``<bos><raw> x </raw><eos>``,
+    the raw-only context of the same text."""
+    if not views:
+        return None
+    table = np.zeros(vocabulary.size, dtype=bool)
+    for view in views:
+        table[list(vocabulary.sentinels(view))] = True
+        table[vocabulary.range(view).start:vocabulary.range(view).stop] = True
+    return table
 
 
 class ReplayStream(IterableDataset):
