@@ -1,8 +1,8 @@
 """Byte vs proxy vs tokenizer at equal compute: `proxycomp compare` (proxycomp.compare.cli).
 
     python tools/compare_baselines.py --preset cpu_smoke --out runs/compare_smoke
-    python tools/compare_baselines.py --preset h200_small --arms byte,proxy_spm,raw_subset,bpe,proxy_zstd --out OUT
-    python tools/compare_baselines.py --preset h200_fidelity --arms proxy_spm,proxy_spm_masked --seeds 0,1 --out OUT
+    python tools/compare_baselines.py --preset h200_small --arms byte,proxy_spm,proxy_spm_masked,raw_subset \
+        --seeds 0,1,2 --out OUT
 """
 import sys
 
