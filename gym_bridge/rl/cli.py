@@ -10,7 +10,7 @@ Triton kernels run in the interpreter (TRITON_INTERPRET=1 is set for the workers
 
 Every checkpoint it writes (OUT/warmstart/model.ckpt, OUT/checkpoints/last.ckpt) holds the base model's
 hyper-parameters and tokenizer besides the weights, as one of `fit` does, so `proxycomp generate`, `eval-bpb` and
-`fit --init_from` read it. A warm start killed midway goes on from OUT/warmstart/partial.ckpt when run again.
+`fit --init_from` read it. A warm start killed midway goes on from OUT/warmstart/state.ckpt when run again.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Advantage estimators side by side: one warm start, then one `proxycomp rl` run per estimator at equal budget.
 
     python tools/compare_rl.py --config recipes/rl/h200_compare.yaml --ckpt RUN/checkpoints/last.ckpt \
-        --out runs/rl_compare [--estimators trloo,grpo] [--parallel] [-- --steps 4 ...any rl override...]
+        --out runs/rl_compare [--estimators trloo,grpo] [--parallel] [--sft_control] [-- --steps 4 ...]
     python tools/compare_rl.py --out runs/rl_compare --summarize_only   # re-read the runs, e.g. after a kill
     python tools/compare_rl.py --config ... --ckpt ... --out runs/rl_compare --resume [--max_time_s 540]
 
@@ -9,7 +9,13 @@
 2. each estimator's run starts from a copy of it (OUT/<estimator>/, its log in OUT/<estimator>.log), with the
    same config, seed and sampling, so the runs differ only in the estimator (and, with --parallel, in the
    timing noise of sharing one GPU: the two before-RL evaluations score the same samples and show it);
-3. OUT/summary.md and summary.json hold, per run and evaluated set (e.g. the family's held-out split and the
+3. with --sft_control, after the RL runs, the control OUT/sft_only/: the warm start continued from its kept state
+   (OUT/warmstart/state.ckpt: weights, optimizer, sampler) for as many supervised optimizer steps as the RL runs
+   took (their fewest steps x algorithm.updates_per_step) and evaluated like an arm: what RL adds over more
+   training on the kernel corpus. Its rows are the summary's `sft_only` "after" phase; its "before" is the warm
+   start's. Asked for other steps later (a longer comparison), it is made again from the warm start (SFT steps are
+   cheap beside RL's);
+4. OUT/summary.md and summary.json hold, per run and evaluated set (e.g. the family's held-out split and the
    shipped tasks), correct@turn0, correct@any-turn, fast@1.2 at turn 0 and at the best turn, before and after RL,
    each with a 95% Wilson interval over the set's episodes, the gym's verdict counts (hacks included), every
    difference that matters (each arm after vs before, the arms against each other after RL) as a mean over tasks
@@ -39,6 +45,9 @@ from proxycomp.files import write_atomic
 
 from .stats import paired_bootstrap, wilson
 
+CONTROL = "sft_only"  # the run folder and summary name of the SFT-only control
+CONTROL_FILE = "control.json"  # in OUT/sft_only/: the steps it was made with, written once it is evaluated
+
 STEP_COLUMNS = ("reward/mean", "correct/any", "fast@1.2/best")
 # Per-episode proportions of the held-out evaluation, each with a 95% Wilson score interval.
 PROPORTIONS = ("correct/turn0", "correct/any", "fast@1.2/turn0", "fast@1.2/best")
@@ -65,6 +74,18 @@ def read_run(run: Path) -> dict:
     if (run / "metrics.jsonl").is_file():
         steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return {"before": rows("eval_before.json"), "after": rows("eval_after.json"), "steps": steps}
+
+
+def read_control(out: Path) -> dict:
+    """The SFT-only control as a run: the warm start's rows before, its own rows (measured after its extra SFT
+    steps) after; no RL steps."""
+    def rows(path: Path) -> list[dict]:
+        return json.loads(path.read_text())["rows"] if path.is_file() else []
+
+    extra = json.loads((out / CONTROL / CONTROL_FILE).read_text())["sft_steps"]
+    after = [{**row, "phase": f"after {extra} more SFT steps"}
+             for row in rows(out / CONTROL / "warmstart" / "eval_before.json")]
+    return {"before": rows(out / "warmstart" / "eval_before.json"), "after": after, "steps": []}
 
 
 def steps_done(run: Path) -> int:
@@ -190,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue the runs already in --out")
     parser.add_argument("--max_time_s", type=float,
                         help="wall seconds for this invocation, after-RL evaluations included (see above)")
+    parser.add_argument("--sft_control", action="store_true",
+                        help=f"after the RL runs, the SFT-only control OUT/{CONTROL}/ (see above)")
     args = parser.parse_args(argv)
     if args.max_time_s is not None and args.max_time_s <= 0:
         parser.error(f"--max_time_s: must be > 0, got {args.max_time_s:g}")
@@ -207,9 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     from proxycomp.gym_bridge.rl.cli import RLConfigError, parse_config
 
     try:  # the steps this invocation asks for, and a config typo reported before any run starts
-        target_steps = parse_config(["--config", str(args.config), "--ckpt", str(args.ckpt), *extra])[0].steps
+        config = parse_config(["--config", str(args.config), "--ckpt", str(args.ckpt), *extra])[0]
     except RLConfigError as err:
         parser.error(str(err))
+    from proxycomp.gym_bridge.rl.warmstart import STATE_FILE
+
+    target_steps = config.steps
     args.out.mkdir(parents=True, exist_ok=True)
 
     start = time.perf_counter()
@@ -229,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         if name not in todo:
             print(f"{name}: finished earlier, left alone", flush=True)
             continue
-        shutil.copytree(warm, out / "warmstart", dirs_exist_ok=True)
+        shutil.copytree(warm, out / "warmstart", dirs_exist_ok=True, ignore=shutil.ignore_patterns(STATE_FILE))
         resume = args.resume and (out / "checkpoints" / "last.ckpt").is_file()
         limit = []
         if steps_cap is not None:  # equal budget: as many steps as the first run took, whatever the clock says
@@ -248,6 +274,13 @@ def main(argv: list[str] | None = None) -> int:
                 steps_cap = steps_done(out) or None  # a run stopped before its first step sets nothing
     if args.parallel:
         failed = [name for name, process in runs.items() if process.wait()]
+    if args.sft_control:
+        evaluated = [steps_done(args.out / n) for n in estimators if (args.out / n / "eval_after.json").is_file()]
+        deadline = None if args.max_time_s is None else start + args.max_time_s
+        if not evaluated or not min(evaluated):
+            print(f"{CONTROL}: no RL run has been evaluated after RL steps yet; nothing to match", flush=True)
+        elif not run_control(args, extra, config, min(evaluated), deadline):
+            failed.append(CONTROL)
     for name in failed:
         print(f"compare_rl: the {name} run failed; see {args.out / (name + '.log')}", file=sys.stderr)
 
@@ -256,8 +289,34 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def run_control(args, extra: list[str], config, rl_steps: int, deadline: float | None) -> bool:
+    """The SFT-only control for `rl_steps` RL steps (the module docstring says what it is); False if its run failed.
+    Left alone when made for these steps already; skipped when the time left is shorter than the warm start's
+    evaluation took (its own is as long)."""
+    folder, warm = args.out / CONTROL, args.out / "warmstart"
+    wanted = {"rl_steps": rl_steps, "sft_steps": rl_steps * config.algorithm.updates_per_step,
+              "warmstart_steps": config.warmstart.steps}
+    if (folder / CONTROL_FILE).is_file() and json.loads((folder / CONTROL_FILE).read_text()) == wanted:
+        print(f"{CONTROL}: finished earlier, left alone", flush=True)
+        return True
+    needed = json.loads((warm / "eval_before.json").read_text())["seconds"]
+    if deadline is not None and time.perf_counter() + needed > deadline:
+        print(f"{CONTROL}: no time left for its evaluation (~{needed:.0f} s); --resume makes it", flush=True)
+        return True
+    shutil.rmtree(folder, ignore_errors=True)  # made for other steps, or killed: made again from the warm start
+    shutil.copytree(warm, folder / "warmstart", ignore=shutil.ignore_patterns("model.ckpt", "eval_before.json"))
+    steps = wanted["warmstart_steps"] + wanted["sft_steps"]
+    command = rl_command(args.config, args.ckpt, folder, [*extra, "--warmstart_only", "--warmstart.steps", str(steps)])
+    if run_logged(command, args.out / f"{CONTROL}.log").wait():
+        return False
+    write_atomic(folder / CONTROL_FILE, json.dumps(wanted))
+    return True
+
+
 def summarize(out: Path, estimators: list[str]) -> int:
     results = {name: read_run(out / name) for name in estimators}
+    if (out / CONTROL / CONTROL_FILE).is_file():
+        results[CONTROL] = read_control(out)
     write_atomic(out / "summary.json", json.dumps(results, indent=1))
     table = summary_markdown(results)
     write_atomic(out / "summary.md", table + "\n")

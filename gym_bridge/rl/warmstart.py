@@ -54,6 +54,7 @@ from ._checks import RLConfigError
 from .episode import DEFAULT_INSTRUCTIONS, Trajectory, Turn, first_prompt, next_prompt
 from .rollout import RolloutConfig
 
+STATE_FILE = "state.ckpt"  # the warm start's training state, in OUT/warmstart/
 CORRECT_KINDS = ("solution", "block", "num_warps")
 BROKEN_KINDS = tuple(dict.fromkeys(("dropped_mask", "wrong_offset", "wrong_op", *FAMILY_BROKEN_KINDS)))
 
@@ -110,7 +111,8 @@ class WarmStartConfig:
         fix_share: share of fix examples (broken code and its feedback -> the correct code) in a batch
         first_turn_broken_share: share of broken code among the first-turn replies
         log_every: print the mean loss every this many steps
-        save_every: write OUT/warmstart/partial.ckpt every this many steps, so a killed warm start goes on from it
+        save_every: write OUT/warmstart/state.ckpt every this many steps (and after the last), so a killed warm
+            start goes on from it
     """
 
     steps: int = 0
@@ -343,8 +345,10 @@ class BaseModel:
 
 class WarmStarter:
     """The warm start of a run, in OUT/warmstart/: the corpus (corpus.jsonl, reloaded when there), supervised steps
-    on it with its own optimizer, checkpointed to partial.ckpt so that a killed warm start goes on from it, and the
-    result, model.ckpt (reused when there)."""
+    on it with its own optimizer, and the result, model.ckpt (reused when there). Its training state (weights,
+    optimizer, sampler) is checkpointed to state.ckpt as it goes and kept after the last step: a killed warm start
+    goes on from it, and so does a longer one from a finished one (rl-compare's SFT-only control, which takes away
+    model.ckpt and asks for more steps)."""
 
     def __init__(self, *, fabric, policy: ByteLMPolicy, base: BaseModel, config: WarmStartConfig,
                  rollout: RolloutConfig, out_dir: Path, seed: int) -> None:
@@ -360,8 +364,8 @@ class WarmStarter:
         return self.dir / "model.ckpt"
 
     @property
-    def partial_path(self) -> Path:
-        return self.dir / "partial.ckpt"
+    def state_path(self) -> Path:
+        return self.dir / STATE_FILE
 
     def start(self, tasks: Sequence[Task], gym: Evaluator) -> Path | None:
         """Load model.ckpt into the policy, or make it (with warmstart.steps > 0); the folder that holds it, or None
@@ -393,20 +397,22 @@ class WarmStarter:
         return examples
 
     def fit(self, examples: Sequence[Example]) -> None:
-        """Steps to warmstart.steps (going on from partial.ckpt), then model.ckpt."""
+        """Steps to warmstart.steps (going on from state.ckpt), then model.ckpt."""
         started = time.monotonic()
-        if self.partial_path.is_file():  # a warm start killed midway: its weights, optimizer and sampling go on
+        if self.state_path.is_file():  # a killed or shorter warm start: its weights, optimizer and sampling go on
             state = self._training_state()
-            self.base.load_into(self.policy.module, self.fabric, self.partial_path, state)
+            self.base.load_into(self.policy.module, self.fabric, self.state_path, state)
             self.step = state["step"]
+            if self.step > self.config.steps:
+                raise UserError(f"{self.state_path} is the warm start after {self.step} steps, past warmstart.steps="
+                                f"{self.config.steps}; ask for {self.step} or more, or use another --out")
             self.generator.set_state(state["generator"])
-            print(f"warm start: going on from step {self.step} ({self.partial_path})", flush=True)
+            print(f"warm start: going on from step {self.step} ({self.state_path})", flush=True)
         warm_start(self.policy, examples, self.config, step_fn=self._optimizer_step, generator=self.generator,
                    start=self.step, after_step=self._after_step,
                    log=lambda step, loss: print(f"warm start step {step:>4}  nll/byte {loss:.4f}", flush=True))
         print(f"warm start: {self.config.steps} steps in {time.monotonic() - started:.0f} s", flush=True)
         save_lm(self.model_path, self.base.hyper_parameters, self.policy.module, self.base.spm_model)
-        self.partial_path.unlink(missing_ok=True)
 
     def _training_state(self) -> dict:
         """What going on needs besides the weights (Fabric restores the optimizer in place)."""
@@ -420,7 +426,10 @@ class WarmStarter:
 
     def _after_step(self, step: int) -> None:
         self.step = step
-        if step % self.config.save_every == 0 and step < self.config.steps:
-            base = self.base
-            self.fabric.save(self.partial_path, {**lm_state(base.hyper_parameters, self.policy.module, base.spm_model),
-                                                 **self._training_state()})
+        if step % self.config.save_every == 0 or step == self.config.steps:
+            self._save_state()
+
+    def _save_state(self) -> None:
+        base = self.base
+        self.fabric.save(self.state_path, {**lm_state(base.hyper_parameters, self.policy.module, base.spm_model),
+                                           **self._training_state()})

@@ -25,22 +25,30 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
                  "--evaluation.turns", "1", "--gym.workers", "1",
                  "--evaluation.code_bytes", "0"]  # the code figure (test_rl_trainer) costs a tiny 4096-symbol model 3 s
     status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out),
-                              "--estimators", "trloo,grpo", "--parallel", "--", *overrides])
-    assert status == 0, (out / "trloo.log").read_text()[-2000:]
+                              "--estimators", "trloo,grpo", "--parallel", "--sft_control", "--", *overrides])
+    assert status == 0, (out / "trloo.log").read_text()[-2000:] + (out / "sft_only.log").read_text()[-2000:]
     shared = (out / "warmstart" / "model.ckpt").read_bytes()
     for name in ("trloo", "grpo"):
         assert (out / name / "warmstart" / "model.ckpt").read_bytes() == shared
+        assert not (out / name / "warmstart" / "state.ckpt").exists()  # only the control goes on from it
         config = json.loads((out / name / "config.json").read_text())
         assert config["algorithm"]["estimator"] == name and config["steps"] == 1
         assert "warm start: reusing" in (out / f"{name}.log").read_text()
         assert "evaluation before RL: reusing the warm start's" in (out / f"{name}.log").read_text()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["trloo"]["before"] == summary["grpo"]["before"]  # one measured baseline for both
+    # The SFT-only control: the warm start (2 steps) went on for the RL runs' 1 step x 2 updates, then was evaluated.
+    assert "warm start: going on from step 2" in (out / "sft_only.log").read_text()
+    assert summary["sft_only"]["before"] == summary["trloo"]["before"]
+    assert {r["phase"] for r in summary["sft_only"]["after"]} == {"after 2 more SFT steps"}
+    assert json.loads((out / "sft_only" / "control.json").read_text())["sft_steps"] == 2
     assert [r["task"] for r in summary["grpo"]["before"]] == ["relu", "all"]
     assert [s["step"] for s in summary["trloo"]["steps"]] == [1]
     table = (out / "summary.md").read_text()
     assert "| trloo | before RL (after SFT) | cpu | train | 1 |" in table
     assert "| grpo | after 1 steps | cpu | train |" in table
+    assert "| sft_only | after 2 more SFT steps | cpu | train |" in table
+    assert "train (cpu) correct/any: trloo after 1 steps vs sft_only after 2 more SFT steps, 1 tasks:" in table
     assert (out / "rl_curves.png").stat().st_size > 0
     (out / "summary.md").unlink()
     assert compare_rl.main(["--out", str(out), "--summarize_only"]) == 0
@@ -49,10 +57,11 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
     # A run killed before its after-RL evaluation goes on; a finished one is left alone.
     (out / "trloo" / "eval_after.json").unlink()
     status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out), "--resume",
-                              "--", *overrides])
+                              "--sft_control", "--", *overrides])
     assert status == 0, (out / "trloo.log").read_text()[-2000:]
     assert "resumed at step 1" in (out / "trloo.log").read_text()
-    assert "grpo: finished earlier" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "grpo: finished earlier" in printed and "sft_only: finished earlier" in printed
     assert (out / "trloo" / "eval_after.json").is_file()
     steps_2 = [*overrides[:4], "--steps", "2", *overrides[6:]]
     assert compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out), "--resume",
@@ -62,9 +71,11 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
     # A time budget too short for one more step: trloo stops at its checkpoint and is evaluated after 2 steps;
     # grpo, run after it, is given trloo's 2 steps instead of a clock, so both end at an equal budget.
     status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out), "--resume",
-                              "--max_time_s", "1", "--", *overrides[:4], "--steps", "3", *overrides[6:]])
+                              "--max_time_s", "1", "--sft_control", "--", *overrides[:4], "--steps", "3",
+                              *overrides[6:]])
     assert status == 0, (out / "trloo.log").read_text()[-2000:]
     assert "stopped at step 2 of 3: max_time_s=1 leaves no room" in (out / "trloo.log").read_text()
+    assert "sft_only: no time left for its evaluation" in capsys.readouterr().out  # 2 steps now: --resume makes it
     summary = json.loads((out / "summary.json").read_text())
     for name in ("trloo", "grpo"):
         assert [s["step"] for s in summary[name]["steps"]] == [1, 2]

@@ -106,32 +106,48 @@ def test_bad_warmstart_config(kwargs):
         WarmStartConfig(**kwargs)
 
 
-def test_a_killed_warm_start_goes_on_from_its_partial_checkpoint(relu_corpus, tmp_path, monkeypatch, tiny_hparams,
-                                                                  capsys):
-    """Killed after step 3 of 4 (partial checkpoint at step 2), run again: the result equals an uninterrupted run."""
+def _warm_start(out, steps: int, corpus, hparams) -> None:
+    """A warm start of the relu corpus (batches of 2) into `out`, as `proxycomp rl` runs it (state every 2 steps)."""
     from lightning.fabric import Fabric
 
-    from proxycomp.checkpoint import AtomicCheckpointIO, load_lm
+    from proxycomp.checkpoint import AtomicCheckpointIO
     from proxycomp.gym_bridge.policy import ByteLMPolicy
-    from proxycomp.gym_bridge.rl import cli, warmstart
+    from proxycomp.gym_bridge.rl import cli
     from proxycomp.gym_bridge.rl.warmstart import BaseModel, WarmStarter
     from proxycomp.lit import ProxyLM
 
-    config, _ = cli.parse_config(["--ckpt", "x", "--tasks", "[relu]", "--warmstart.steps", "4",
+    config, _ = cli.parse_config(["--ckpt", "x", "--tasks", "[relu]", "--warmstart.steps", str(steps),
                                   "--warmstart.batch_size", "2", "--warmstart.save_every", "2",
                                   "--rollout.prompt_max_bytes", "1600"])
+    if not (out / "warmstart" / "corpus.jsonl").is_file():
+        save_corpus(corpus, out / "warmstart" / "corpus.jsonl")
+    fabric = Fabric(accelerator="cpu", devices=1, precision="32-true", plugins=[AtomicCheckpointIO()])
+    torch.manual_seed(0)
+    lm = ProxyLM(**hparams)
+    policy = ByteLMPolicy(fabric.setup_module(lm.model))
+    WarmStarter(fabric=fabric, policy=policy, base=BaseModel(lm, hparams, None), config=config.warmstart,
+                rollout=config.rollout, out_dir=out, seed=config.seed).start([RELU], None)
 
-    def warm_start(out):
-        if not (out / "warmstart" / "corpus.jsonl").is_file():
-            save_corpus(relu_corpus, out / "warmstart" / "corpus.jsonl")
-        fabric = Fabric(accelerator="cpu", devices=1, precision="32-true", plugins=[AtomicCheckpointIO()])
-        torch.manual_seed(0)
-        lm = ProxyLM(**tiny_hparams)
-        policy = ByteLMPolicy(fabric.setup_module(lm.model))
-        WarmStarter(fabric=fabric, policy=policy, base=BaseModel(lm, tiny_hparams, None), config=config.warmstart,
-                    rollout=config.rollout, out_dir=out, seed=config.seed).start([RELU], None)
 
-    warm_start(tmp_path / "straight")
+def _same_model(a, b) -> bool:
+    from proxycomp.checkpoint import load_lm
+
+    first, second = (load_lm(d / "warmstart" / "model.ckpt").state_dict() for d in (a, b))
+    return all(torch.equal(first[k], second[k]) for k in first)
+
+
+@pytest.fixture(scope="module")
+def straight_warm_start(relu_corpus, tiny_hparams, tmp_path_factory):
+    out = tmp_path_factory.mktemp("straight")
+    _warm_start(out, 4, relu_corpus, tiny_hparams)
+    return out
+
+
+def test_a_killed_warm_start_goes_on_from_its_state(relu_corpus, straight_warm_start, tmp_path, monkeypatch,
+                                                    tiny_hparams, capsys):
+    """Killed after step 3 of 4 (state at step 2), run again: the result equals an uninterrupted run."""
+    from proxycomp.gym_bridge.rl import warmstart
+
     steps = []
 
     def killed_after_three(policy, batch):
@@ -142,15 +158,31 @@ def test_a_killed_warm_start_goes_on_from_its_partial_checkpoint(relu_corpus, tm
 
     monkeypatch.setattr(warmstart, "reply_nll", killed_after_three)
     with pytest.raises(KeyboardInterrupt):
-        warm_start(tmp_path / "killed")
-    assert (tmp_path / "killed" / "warmstart" / "partial.ckpt").is_file()
+        _warm_start(tmp_path, 4, relu_corpus, tiny_hparams)
+    assert (tmp_path / "warmstart" / warmstart.STATE_FILE).is_file()
     monkeypatch.undo()
-    warm_start(tmp_path / "killed")
+    _warm_start(tmp_path, 4, relu_corpus, tiny_hparams)
     assert "warm start: going on from step 2" in capsys.readouterr().out
-    assert not (tmp_path / "killed" / "warmstart" / "partial.ckpt").exists()
-    straight, resumed = (load_lm(tmp_path / d / "warmstart" / "model.ckpt").state_dict()
-                         for d in ("straight", "killed"))
-    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+    assert _same_model(straight_warm_start, tmp_path)
+
+
+def test_a_finished_warm_start_goes_on_to_more_steps_as_one_run(relu_corpus, straight_warm_start, tmp_path,
+                                                                tiny_hparams, capsys):
+    """The SFT-only control of rl-compare: a 2-step warm start, its model.ckpt taken away, asked for 4 steps, equals
+    the 4-step warm start bit for bit (weights, optimizer and batch sampling go on); fewer steps than its state is
+    refused."""
+    from proxycomp.errors import UserError
+    from proxycomp.gym_bridge.rl.warmstart import STATE_FILE
+
+    _warm_start(tmp_path, 2, relu_corpus, tiny_hparams)
+    assert (tmp_path / "warmstart" / STATE_FILE).is_file()  # kept after the last step
+    (tmp_path / "warmstart" / "model.ckpt").unlink()
+    _warm_start(tmp_path, 4, relu_corpus, tiny_hparams)
+    assert "warm start: going on from step 2" in capsys.readouterr().out
+    assert _same_model(straight_warm_start, tmp_path)
+    (tmp_path / "warmstart" / "model.ckpt").unlink()
+    with pytest.raises(UserError, match="after 4 steps, past warmstart.steps=3"):
+        _warm_start(tmp_path, 3, relu_corpus, tiny_hparams)
 
 
 def test_a_generated_family_gives_its_own_broken_variants_and_unjudged_solutions(tmp_path, cpu_gym):
