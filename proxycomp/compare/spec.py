@@ -23,6 +23,12 @@ EXECUTION_FIELDS = ("attn_backend", "compile", "eval_batch_size", "cpu_threads")
 class CompareSpec:
     """One comparison: every arm trains the same model size at the same budget, and is scored alike.
 
+    Flat by design, not a `DataConfig` and an `OptimConfig` inside: the arms' data settings differ in views, schedule,
+    dropped views and stream seed, which the comparison sets per arm and per training seed, so a composed `data` would
+    hold fields a preset must not set; what every arm shares is listed here once, and `Comparison.fit_config` builds
+    each arm's `proxycomp fit` config from it (the generated fit.yaml is what the arm trains through `proxycomp fit`'s
+    own CLI, and what a reader reruns it with).
+
     Args:
         model_size: tiny (CPU smoke), small (d 256, 6 layers) or base (d 512, 8 layers)
         attn_backend: sdpa, triton or flash_attn
