@@ -380,6 +380,34 @@ def test_seeds_are_reported_with_paired_and_welch_intervals(tmp_path):
             parse_seeds(bad)
 
 
+def test_contrasts_across_comparisons_side_by_side(tmp_path, capsys):
+    """Two model sizes at one ratio: each contrast at each size, with its interval, in one table and a plot."""
+    folders = []
+    for size, budget, gap in (("tiny", 4e5, 0.5), ("small", 2e6, 0.2)):
+        comparison = Comparison(CompareSpec(model_size=size, budget=budget, match="symbols"), tmp_path / size)
+
+        def run(arm: str, bpb: float) -> dict:
+            return {"status": "done", "plan": comparison.plan(ARMS[arm]).to_dict(), "val_bpb": bpb}
+
+        comparison.results["arms"] = {
+            "byte": {str(k): run("byte", 1.0 + 0.01 * k) for k in range(3)},
+            "proxy_spm": {str(k): run("proxy_spm", 1.0 + gap + 0.02 * k) for k in range(3)},
+            "raw_subset": {str(k): run("raw_subset", 1.0 + gap + 0.02 * k + 0.001 * (k - 1)) for k in range(3)},
+        }
+        comparison.save()
+        folders.append(str(tmp_path / size))
+    assert proxycomp(["compare", "--across", ",".join(folders), "--out", str(tmp_path / "sizes")]) == 0
+    table = (tmp_path / "sizes" / "across.md").read_text()
+    assert table == capsys.readouterr().out.strip() + "\n"
+    header, _, main, transfer = table.splitlines()
+    assert "| tiny, 4e+05 symbols (" in header and "| small, 2e+06 symbols (0.4 per parameter) |" in header
+    assert main.startswith("| proxy_spm - byte (main claim) | +0.5100 [")
+    assert "Welch, outside the noise | +0.2100" in main
+    assert transfer.count("paired, inside the noise") == 2
+    assert (tmp_path / "sizes" / "gap_vs_size.png").read_bytes()[:4] == b"\x89PNG"
+    assert proxycomp(["compare", "--across", str(tmp_path / "none"), "--out", str(tmp_path / "x")]) == 2
+
+
 def test_held_out_documents_are_drawn_at_random_and_alike_for_every_run():
     documents = [bytes([65 + i % 26]) * (100 + i) for i in range(200)]
     drawn = sample_documents(documents, 5_000, seed=3)

@@ -5,6 +5,7 @@ JSON and plot.
     proxycomp compare --budget 2e15 --match flops --model_size tiny \\
         --arms byte,proxy_spm,proxy_spm_masked,raw_subset,proxy_zstd,proxy_brotli,bpe --out runs/compare
     proxycomp compare --preset h200_small --arms byte,proxy_spm,proxy_spm_masked,raw_subset --seeds 0,1,2 --out $OUT/s
+    proxycomp compare --across results/small,results/base --out results/sizes   # the contrasts side by side
 
 Settings come from CompareSpec's defaults, then the preset (a shipped name or a YAML file of CompareSpec fields),
 then the flags: every field is one (`--corpus.max_documents 300`). Run again with the same --out to resume:
@@ -13,14 +14,19 @@ finished runs (an arm at a seed) are skipped, an interrupted one continues from 
 """
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 from proxycomp.command import command_parser
 from proxycomp.compare.arms import ARMS, CompareError, parse_arms
+from proxycomp.compare.report import across_markdown, plot_across
 from proxycomp.compare.runner import RESULTS_FILE, SPM_FILE, Comparison
 from proxycomp.compare.spec import CompareSpec, preset_path
+from proxycomp.files import write_atomic
+
+ACROSS_FILE = "across.md"
 
 
 def _parser():
@@ -36,6 +42,8 @@ def _parser():
     p.add_argument("--seeds", help="comma-separated training seeds (initialization, document order, view draws); each "
                                    "arm runs once per seed, the table gives the mean and spread; default: --seed")
     p.add_argument("--dry_run", action="store_true", help="print each arm's plan and stop")
+    p.add_argument("--across", help="comma-separated results folders (e.g. two model sizes at one ratio): write each "
+                                    "contrast at each of them to OUT/across.md and OUT/gap_vs_size.png, and stop")
     p.add_class_arguments(CompareSpec, None, as_group=True)
     return p
 
@@ -74,8 +82,25 @@ def parse_spec(argv: Sequence[str]):
     return spec, args
 
 
+def across(folders: Sequence[Path], out: Path) -> None:
+    points = []
+    for folder in folders:
+        path = folder / RESULTS_FILE
+        if not path.is_file():
+            raise CompareError(f"--across {folder}: no {RESULTS_FILE} there")
+        points.append(json.loads(path.read_text()))
+    out.mkdir(parents=True, exist_ok=True)
+    table = across_markdown(points)
+    write_atomic(out / ACROSS_FILE, table + "\n")
+    plot_across(points, out / "gap_vs_size.png")
+    print(table)
+
+
 def main(argv: Sequence[str]) -> int:
     spec, args = parse_spec(argv)
+    if args.across:
+        across([Path(p.strip()) for p in args.across.split(",") if p.strip()], Path(args.out))
+        return 0
     arms = parse_arms(args.arms)
     seeds = parse_seeds(args.seeds) if args.seeds else None
     if args.resume_from:

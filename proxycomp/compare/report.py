@@ -122,9 +122,8 @@ def markdown(results: dict[str, Any], title: str) -> str:
         meaning = {label: text for label, _, _, text in CONTRASTS}
         for label, d in diffs.items():
             ci = d["interval"]
-            span = f"[{ci['low']:+.4f}, {ci['high']:+.4f}] {'paired' if d['paired'] else 'Welch'}" if ci else ""
-            lines.append(f"| {label} | {d['val_bpb']:+.4f} | {_num(d.get('val_bpb_raw_ids'), '+.4f')} | {span} | "
-                         f"{ci['seeds'] if ci else ''} | {d['verdict']} | {meaning[label]} |")
+            lines.append(f"| {label} | {d['val_bpb']:+.4f} | {_num(d.get('val_bpb_raw_ids'), '+.4f')} | "
+                         f"{_span(d)} | {ci['seeds'] if ci else ''} | {d['verdict']} | {meaning[label]} |")
     comp = results.get("compressors")
     if comp:
         lines += [
@@ -150,6 +149,78 @@ def markdown(results: dict[str, Any], title: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def point_label(results: dict[str, Any]) -> str:
+    """A comparison as one point of a series: model size, budget, and symbols per matmul parameter of its byte arm."""
+    spec = results["spec"]
+    label = f"{spec['model_size']}, {spec['budget']:.2g} {spec['match']}"
+    byte = next(iter(results["arms"].get("byte", {}).values()), {}).get("plan")
+    if byte and spec["match"] == "symbols":
+        label += f" ({spec['budget'] / byte['matmul_params']:.1f} per parameter)"
+    return label
+
+
+def across_markdown(points: list[dict[str, Any]]) -> str:
+    """Each contrast at each point (the results of several comparisons, e.g. two model sizes at one ratio): the
+    difference of mean val bpb, its interval over seeds and its reading, a column per point."""
+    found = [contrasts(results["arms"]) for results in points]
+    labels = [label for label, _, _, _ in CONTRASTS if any(label in f for f in found)]
+    lines = ["| contrast (mean val bpb) | " + " | ".join(point_label(r) for r in points) + " |",
+             "|---|" + "---|" * len(points)]
+    for label in labels:
+        cells = [f"{f[label]['val_bpb']:+.4f} {_span(f[label])}, {f[label]['verdict']}" if label in f else ""
+                 for f in found]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_across(points: list[dict[str, Any]], path: Path) -> None:
+    """The main claim's and transfer's differences (with their intervals) against the byte arm's matmul parameters,
+    one line per contrast through the points that have it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label in (CONTRASTS[0][0], CONTRASTS[1][0]):
+        xs, ys, errs = [], [], [[], []]
+        for results in points:
+            d = contrasts(results["arms"]).get(label)
+            byte = next(iter(results["arms"].get("byte", {}).values()), {}).get("plan")
+            if d is None or byte is None:
+                continue
+            ci = d["interval"] or {"low": d["val_bpb"], "high": d["val_bpb"]}
+            xs.append(byte["matmul_params"])
+            ys.append(d["val_bpb"])
+            errs[0].append(d["val_bpb"] - ci["low"])
+            errs[1].append(ci["high"] - d["val_bpb"])
+        if xs:
+            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=label)
+    ax.axhline(0, color="grey", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("matmul parameters (byte arm)")
+    ax.set_ylabel("difference of val bpb (95% interval)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    """Write a figure atomically (a reader never sees half a PNG) and free it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def _span(d: dict[str, Any]) -> str:
+    ci = d["interval"]
+    return f"[{ci['low']:+.4f}, {ci['high']:+.4f}] {'paired' if d['paired'] else 'Welch'}" if ci else ""
 
 
 def _eval_slice(max_bytes: int | None) -> str:
@@ -193,8 +264,4 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax.set_title(f"{spec['model_size']} model, budget {spec['budget']:.2g} {spec['match']}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    _save(fig, path)
