@@ -126,6 +126,24 @@ def test_loss_is_logged_per_vocabulary_range():
     assert float(logged["train/loss"]) == pytest.approx(float(nats[targets != -100].mean()), rel=1e-5)
 
 
+def test_per_view_and_throughput_figures_are_logged_only_on_the_steps_lightning_writes(monkeypatch):
+    """Lightning keeps a training step's logged values only every log_every_n_steps, and each self.log costs host time:
+    the per-view losses and throughput are logged on those steps and the last, the loss on every step."""
+    lm, logged = tiny_lm(), []
+    original = ProxyLM.log
+
+    def log(self, name, value, *args, **kwargs):
+        logged.append((self.global_step + 1, name))
+        return original(self, name, value, *args, **kwargs)
+
+    monkeypatch.setattr(ProxyLM, "log", log)
+    quiet_trainer(max_steps=7, log_every_n_steps=3).fit(lm, SyntheticData())
+    steps = {name: [step for step, n in logged if n == name] for _, name in logged}
+    assert steps["train/loss"] == list(range(1, 8))
+    assert steps["train/loss_raw"] == steps["train/loss_spm"] == [3, 6, 7]
+    assert steps["perf/symbols_per_s"] == [3, 6, 7]  # from the second step on: a rate needs a step before it
+
+
 def test_the_masked_twin_trains_on_the_proxy_loss_restricted_to_raw_targets():
     twin = ProxyLM(ModelConfig(**ARCH), OptimConfig(warmup_steps=2, lr=3e-3), vocabulary=VOCAB.to_dict(),
                    loss_targets="raw")
