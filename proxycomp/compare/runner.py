@@ -4,8 +4,8 @@ A run is one arm at one training seed (initialization, document order and view d
 corpus split and the SentencePiece model, made with the spec's `seed`. State lives in two folders. `out` holds what
 a reader needs and what must survive a device call: the results JSON (spec, per-run status, plans, curves, scores),
 the markdown table, the plot and the shared SentencePiece model. `work_dir` holds what is large or disposable: each
-run's generated `proxycomp fit` config, checkpoints and logs. A finished run is
-skipped; an unfinished one resumes from its last checkpoint in `work_dir` if there is one, else starts again.
+run's generated `proxycomp fit` config, checkpoints and logs. A finished run is skipped; an unfinished one resumes
+from its last checkpoint in `work_dir` if there is one, else starts again.
 """
 from __future__ import annotations
 

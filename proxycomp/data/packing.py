@@ -243,7 +243,9 @@ class TrainStream(IterableDataset):
     batch edges to derive the schedule step. Documents are visited in a fresh seeded permutation each epoch,
     dealt out to the row streams of every worker shard (see the module docstring). Everything is a function of
     (seed, shard, row, sample counter, step), so the stream is reproducible from a `StreamCursor`. `rank` of
-    `world_size` processes keeps its rows of the world_size * batch_size-row batches.
+    `world_size` processes keeps its rows of the world_size * batch_size-row batches. `drop_views` takes those views'
+    symbols out of every window once it is cut (`dropped_ids`), so the stream, its cursors and its schedule are those
+    of the run without them.
     """
 
     def __init__(
