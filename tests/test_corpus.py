@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from proxycomp.data import CorpusConfig, CorpusError, load_corpus
+from proxycomp.data.corpus import CorpusReport, _without_packages
 
 
 def text(i: int, size: int = 300) -> str:
@@ -131,6 +132,13 @@ def test_exclude_packages_leaves_out_a_package_by_folder_name_and_by_real_path(t
     assert sorted(d.name for d in c.train + c.val) == [f"site/other/m{i}.py" for i in range(4)]
     assert c.report.excluded == 2 and "left out 2 files of exclude_packages" in c.report.summary()
     assert load_corpus(dataclasses.replace(config, exclude_packages=[])).report.kept == 6
+    # by real path through a linked folder on the way (a corpus root that is a link, say), the file itself no link
+    (tmp_path / "vendored").symlink_to(imported, target_is_directory=True)
+    files = [(name, tmp_path / "vendored" / name, name) for name in ("solution.py", "__init__.py")]
+    files.append(("site/other/m0.py", root / "site" / "other" / "m0.py", "site/other"))
+    report = CorpusReport()
+    assert [f[0] for f in _without_packages(files, ("answers",), report)] == ["site/other/m0.py"]
+    assert report.excluded == 2
     assert CorpusConfig().exclude_packages == ("proxycomp",)
 
 
