@@ -406,6 +406,9 @@ def test_contrasts_across_comparisons_side_by_side(tmp_path, capsys):
     assert transfer.count("paired, inside the noise") == 2
     assert (tmp_path / "sizes" / "gap_vs_size.png").read_bytes()[:4] == b"\x89PNG"
     assert proxycomp(["compare", "--across", str(tmp_path / "none"), "--out", str(tmp_path / "x")]) == 2
+    (tmp_path / "small" / "results.json").write_text('{"spec": ')
+    assert proxycomp(["compare", "--across", ",".join(folders), "--out", str(tmp_path / "x")]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
 
 
 def test_held_out_documents_are_drawn_at_random_and_alike_for_every_run():

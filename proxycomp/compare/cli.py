@@ -88,7 +88,10 @@ def across(folders: Sequence[Path], out: Path) -> None:
         path = folder / RESULTS_FILE
         if not path.is_file():
             raise CompareError(f"--across {folder}: no {RESULTS_FILE} there")
-        points.append(json.loads(path.read_text()))
+        try:
+            points.append(json.loads(path.read_text()))
+        except json.JSONDecodeError as err:
+            raise CompareError(f"--across {path}: not valid JSON ({err.msg})") from None
     out.mkdir(parents=True, exist_ok=True)
     table = across_markdown(points)
     write_atomic(out / ACROSS_FILE, table + "\n")
