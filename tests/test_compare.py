@@ -341,7 +341,7 @@ def test_seeds_are_reported_with_paired_and_welch_intervals(tmp_path):
     def run(arm: str, bpb: float) -> dict:
         return {"status": "done", "plan": comparison.plan(ARMS[arm]).to_dict(), "budget_share": 1.0, "wall_s": 3,
                 "val_bpb": bpb, "val_bpb_raw_ids": bpb - 0.1, "val_bpb_perturbed": bpb + 0.5,
-                "raw_bytes_seen": 1000, "epochs": 0.5}
+                "raw_bytes_seen": 1000, "epochs": 0.5, "train_bytes": 2000}
 
     comparison.results["arms"] = {
         "proxy_spm": {"0": run("proxy_spm", 2.0), "1": run("proxy_spm", 2.2), "2": run("proxy_spm", 2.1)},
@@ -357,7 +357,7 @@ def test_seeds_are_reported_with_paired_and_welch_intervals(tmp_path):
     assert "| 2.1000 | 0.2000 | 2.0000 | 2.6000 |" in table
     assert "| proxy_spm_masked | raw+spm (paper, loss on raw only) | done | 0,1,2 |" in table
     assert "| raw_subset | raw+spm (paper, spm removed) | done | 0,1,2 |" in table
-    assert "| 1e+03 | 0.50 |" in table
+    assert "| 1e+03 | 0.50 |" in table and "(repeats included; the train split holds 2,000 bytes)" in table
     assert "| byte | raw (byte) | 1/2 done | 0,1 |" in table
     assert "| 1.5000 |  | 1.4000 |" in table  # one seed: no spread
     found = json.loads((tmp_path / "results.json").read_text())["contrasts"]

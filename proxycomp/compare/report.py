@@ -142,10 +142,10 @@ def markdown(results: dict[str, Any], title: str) -> str:
         "initialization and order at each seed (so their contrasts with it are paired seed by seed); the masked twin "
         "leaves the spm targets out of the loss, raw_subset removes the spm segments from the windows (it sees the "
         "raw symbols of each of proxy_spm's steps and nothing else). `proxy_zstd_masked` is proxy_zstd's masked twin. "
-        "Raw bytes seen: raw-byte targets in the batches trained on; epochs: passes over the train documents, in "
-        f"whatever view. Scores: {_eval_slice(spec['eval_max_bytes'])} held-out bytes drawn at random (seed "
-        f"{spec['seed']}), the same documents for every run; the plot's points score "
-        f"{spec['curve_max_bytes']:,} of them.",
+        "Raw bytes seen: raw-byte targets in the batches trained on (repeats included"
+        f"{_train_split(arms)}); epochs: passes over the train documents, in whatever view. Scores: "
+        f"{_eval_slice(spec['eval_max_bytes'])} held-out bytes drawn at random (seed {spec['seed']}), the same "
+        f"documents for every run; the plot's points score {spec['curve_max_bytes']:,} of them.",
         "",
     ]
     return "\n".join(lines)
@@ -221,6 +221,11 @@ def _save(fig, path: Path) -> None:
 def _span(d: dict[str, Any]) -> str:
     ci = d["interval"]
     return f"[{ci['low']:+.4f}, {ci['high']:+.4f}] {'paired' if d['paired'] else 'Welch'}" if ci else ""
+
+
+def _train_split(arms: dict[str, dict[str, dict[str, Any]]]) -> str:
+    sizes = {run["train_bytes"] for runs in arms.values() for run in runs.values() if run.get("train_bytes")}
+    return f"; the train split holds {sizes.pop():,} bytes" if len(sizes) == 1 else ""
 
 
 def _eval_slice(max_bytes: int | None) -> str:
