@@ -34,6 +34,7 @@ evaluated.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -245,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         if run_logged(command, args.out / "warmstart.log").wait():
             print(f"compare_rl: the warm start failed; see {args.out / 'warmstart.log'}", file=sys.stderr)
             return 1
-        shutil.copytree(args.out / "warmstart_run" / "warmstart", warm)
+        made = args.out / "warmstart_run" / "warmstart"
+        shutil.copytree(made, warm, ignore=shutil.ignore_patterns(STATE_FILE), dirs_exist_ok=True)
+        if (made / STATE_FILE).is_file():  # its largest file (weights and AdamW moments): moved, not stored twice
+            os.replace(made / STATE_FILE, warm / STATE_FILE)
     print(f"warm start ready ({time.perf_counter() - start:.0f} s): {warm / 'model.ckpt'}", flush=True)
 
     runs, failed, steps_cap = {}, [], None

@@ -35,6 +35,8 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
         assert config["algorithm"]["estimator"] == name and config["steps"] == 1
         assert "warm start: reusing" in (out / f"{name}.log").read_text()
         assert "evaluation before RL: reusing the warm start's" in (out / f"{name}.log").read_text()
+    assert (out / "warmstart" / "state.ckpt").is_file()  # moved there, not stored twice
+    assert not (out / "warmstart_run" / "warmstart" / "state.ckpt").exists()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["trloo"]["before"] == summary["grpo"]["before"]  # one measured baseline for both
     # The SFT-only control: the warm start (2 steps) went on for the RL runs' 1 step x 2 updates, then was evaluated.
