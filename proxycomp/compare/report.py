@@ -113,7 +113,7 @@ def markdown(results: dict[str, Any], title: str) -> str:
             f"{_num(s.get('val_bpb_spread'), '.4f')} | {_num(s.get('val_bpb_raw_ids'), '.4f')} | "
             f"{_num(s.get('val_bpb_perturbed'), '.4f')} | {_num(sum(walls) / len(walls) if walls else None, '.0f')} |"
         )
-    diffs = contrasts(arms)
+    diffs = results["contrasts"]  # set by Comparison.save just before
     if diffs:
         lines += ["",
                   f"| contrast (mean val bpb) | value | raw ids | {LEVEL:.0%} interval over seeds | seeds | "
@@ -155,7 +155,7 @@ def point_label(results: dict[str, Any]) -> str:
     """A comparison as one point of a series: model size, budget, and symbols per matmul parameter of its byte arm."""
     spec = results["spec"]
     label = f"{spec['model_size']}, {spec['budget']:.2g} {spec['match']}"
-    byte = next(iter(results["arms"].get("byte", {}).values()), {}).get("plan")
+    byte = _byte_plan(results)
     if byte and spec["match"] == "symbols":
         label += f" ({spec['budget'] / byte['matmul_params']:.1f} per parameter)"
     return label
@@ -183,12 +183,12 @@ def plot_across(points: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    found = [(contrasts(results["arms"]), _byte_plan(results)) for results in points]
     fig, ax = plt.subplots(figsize=(6, 4))
     for label in (CONTRASTS[0][0], CONTRASTS[1][0]):
         xs, ys, errs = [], [], [[], []]
-        for results in points:
-            d = contrasts(results["arms"]).get(label)
-            byte = next(iter(results["arms"].get("byte", {}).values()), {}).get("plan")
+        for diffs, byte in found:
+            d = diffs.get(label)
             if d is None or byte is None:
                 continue
             ci = d["interval"] or {"low": d["val_bpb"], "high": d["val_bpb"]}
@@ -205,6 +205,11 @@ def plot_across(points: list[dict[str, Any]], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     _save(fig, path)
+
+
+def _byte_plan(results: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan of the byte arm (its first run's), whose matmul parameters name a comparison's model size."""
+    return next(iter(results["arms"].get("byte", {}).values()), {}).get("plan")
 
 
 def _save(fig, path: Path) -> None:

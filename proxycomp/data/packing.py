@@ -360,8 +360,9 @@ def dropped_ids(vocabulary: Vocabulary, views: Sequence[str]) -> np.ndarray | No
         return None
     table = np.zeros(vocabulary.size, dtype=bool)
     for view in views:
+        ids = vocabulary.range(view)
         table[list(vocabulary.sentinels(view))] = True
-        table[vocabulary.range(view).start:vocabulary.range(view).stop] = True
+        table[ids.start:ids.stop] = True
     return table
 
 
