@@ -134,10 +134,10 @@ class ProxyLM(L.LightningModule):
         # (nats, symbols, raw-byte nats, raw bytes) of the validation epoch so far, on this rank.
         self._val_sums: torch.Tensor | None = None
         self._last_step_start: float | None = None
-        # Targets per loss group in the batches trained on so far (all ranks), on the device; it travels in the
-        # checkpoint. None: none yet. Counted whether or not `loss_targets` trains on them.
-        self._targets_seen: torch.Tensor | None = None
-        self._seen_since_start = True  # False after resuming from a checkpoint that did not count them
+        # Targets per loss group in the batches trained on so far (all ranks), moved to the device by the first step;
+        # it travels in the checkpoint. Counted whether or not `loss_targets` trains on them. None: unknown (resumed
+        # from a checkpoint that did not count them).
+        self._targets_seen: torch.Tensor | None = torch.zeros(len(self.group_names), dtype=torch.float64)
 
     def weight_changes(self, hparams: dict) -> list[str]:
         """"field: saved -> now" for what in a checkpoint's hyper-parameters gives weights of another shape or
@@ -156,9 +156,8 @@ class ProxyLM(L.LightningModule):
             raise ModelConfigError(f"the checkpoint's weights do not fit this model ({'; '.join(changes)}); use the "
                                    "config it was trained with (its run folder keeps config.yaml)")
         seen = checkpoint.get("targets_seen")
-        self._seen_since_start = seen is not None
-        if seen is not None:
-            self._targets_seen = torch.tensor([seen.get(name, 0) for name in self.group_names], dtype=torch.float64)
+        self._targets_seen = None if seen is None else torch.tensor(
+            [seen.get(name, 0) for name in self.group_names], dtype=torch.float64)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["targets_seen"] = self.targets_seen()
@@ -166,10 +165,9 @@ class ProxyLM(L.LightningModule):
     def targets_seen(self) -> dict[str, int] | None:
         """Targets per loss group (special, raw, each compressed view) in the batches trained on so far, summed over
         ranks: what the run saw, e.g. its raw bytes. None after resuming from a checkpoint that did not count them."""
-        if not self._seen_since_start:
+        if self._targets_seen is None:
             return None
-        counts = [0] * len(self.group_names) if self._targets_seen is None else self._targets_seen.tolist()
-        return dict(zip(self.group_names, (int(n) for n in counts)))
+        return dict(zip(self.group_names, (int(n) for n in self._targets_seen.tolist())))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.model(batch["input_ids"], batch["positions"], batch["doc_ids"])
@@ -198,8 +196,8 @@ class ProxyLM(L.LightningModule):
         local[:n_groups].index_add_(0, groups, nats.detach().double() * valid)
         local[n_groups:].index_add_(0, groups, valid)
         sums, counts = self._sum_over_ranks(local).split(n_groups)
-        seen = self._targets_seen
-        self._targets_seen = counts.detach() if seen is None else seen.to(counts.device) + counts.detach()
+        if self._targets_seen is not None:
+            self._targets_seen = self._targets_seen.to(counts.device) + counts.detach()
         trained_sum, n_trained = sums.sum(), counts.sum()
         if self.loss_targets == "raw":  # every target is still scored and logged; only raw bytes are trained on
             nats = nats * (groups == RAW_GROUP)
