@@ -1,10 +1,9 @@
 """Causal flash attention with GQA and document masking: Triton forward and backward.
 
-Layers: `@triton.jit` kernels; launchers (`_launch_fwd`, `_launch_bwd`), reached two ways: under torch.compile
-through the custom ops `proxycomp::flash_attn_fwd` and `proxycomp::flash_attn_bwd` (the forward's autograd formula
-calls the backward), opaque to the compiler; in eager code through an autograd.Function that calls them directly,
-since the ops' dispatch costs more host time than the launches; and the entry point `flash_attention`, which checks
-the inputs, picks blocks and takes one of the two.
+Layers: `@triton.jit` kernels; launchers (`_launch_fwd`, `_launch_bwd`); one autograd.Function over them, which
+under torch.compile reaches them through the ops `proxycomp::flash_attn_fwd` and `proxycomp::flash_attn_bwd`
+(opaque to the compiler) and in eager code calls them directly; and the entry point `flash_attention`, which checks
+the inputs and picks blocks.
 
 Documents. `doc_ids` (B, S) gives each position a document id; a query attends only keys in the same
 maximal run of equal ids. Packing makes ids non-decreasing, where a run is exactly "same id"; defining
@@ -37,7 +36,7 @@ import triton
 import triton.language as tl
 
 from .launch_checks import KernelInputError, check_device, check_rank, interpreting
-from .launching import Launcher, cdiv
+from .launching import Launcher, cdiv, define_op
 
 LOG2E = 1.4426950408889634
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -439,6 +438,14 @@ class AttentionConfig:
     short_warps: int = 4
     short_stages: int = 2
 
+    def ints(self) -> list[int]:
+        """The fields in order, as the ops take them (not dataclasses.astuple: torch.compile cannot trace its
+        deepcopy inside an autograd.Function)."""
+        return [getattr(self, name) for name in _CONFIG_FIELDS]
+
+
+_CONFIG_FIELDS = tuple(field.name for field in dataclasses.fields(AttentionConfig))
+
 
 def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
     """Hopper (sm_90) configs picked by `tools/bench_kernels.py --parts sweep` on an H200 at the byte models'
@@ -537,10 +544,6 @@ def _fp32_dot(dtype: torch.dtype) -> bool:
     return interpreting() and dtype == torch.bfloat16
 
 
-# The launchers are torch custom ops: torch.compile records one opaque call each, instead of tracing into the
-# Triton launch (on triton 3.6 that passed the scale as fp64 and failed) or breaking the graph around it.
-# Schemas are written out rather than inferred from this module's postponed annotations; AttentionConfig travels
-# as its fields' ints.
 def _forward_outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """o stored (B, S, H, D) and seen as (B, H, S, D): the model's next op merges heads, a free view then; lse2."""
     batch, heads, seq_len, head_dim = q.shape
@@ -554,32 +557,17 @@ def _launch_fwd(q, k, v, doc_start, doc_end, causal: bool, scale: float, skip: b
     o, lse = _forward_outputs(q)
     has_docs = doc_start is not None
     short = has_docs and skip and cfg.short_span > 0
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3])
     for block_m, block_n, warps, stages, tiles in _launches(cfg, cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps,
                                                             cfg.fwd_stages, short):
         _FWD[(cdiv(seq_len, block_m), batch * heads)](
-            q, k, v, o, lse, doc_start if has_docs else lse, doc_end if has_docs else lse,
-            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+            q, k, v, o, lse, doc_start if has_docs else lse, doc_end if has_docs else lse, *strides,
             heads, seq_len, scale * LOG2E, cfg.short_span,
             GROUP=heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
             CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip, FP32_DOT=_fp32_dot(q.dtype), SUPER=cfg.fwd_block_m,
             TILES=tiles, num_warps=warps, num_stages=stages,
         )
     return o, lse
-
-
-@torch.library.custom_op(
-    "proxycomp::flash_attn_fwd", mutates_args=(),
-    schema="(Tensor q, Tensor k, Tensor v, Tensor? doc_start, Tensor? doc_end, bool causal, float scale, bool skip, "
-           "int[] config) -> (Tensor, Tensor)")
-def flash_attn_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, config):
-    """The forward launch as an op for torch.compile: o and lse2."""
-    return _launch_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, AttentionConfig(*config))
-
-
-@flash_attn_fwd.register_fake
-def _(q, k, v, doc_start, doc_end, causal, scale, skip, config):
-    return _forward_outputs(q)
 
 
 def _launch_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal: bool, scale: float, skip: bool,
@@ -597,72 +585,57 @@ def _launch_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal: bool, scale: fl
     doc_end = doc_end if has_docs else lse
     common = dict(GROUP=heads // kv_heads, HEAD_DIM=head_dim, CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip,
                   FP32_DOT=_fp32_dot(q.dtype))
+    do_strides = do.stride()[:3]
     _DELTA[(cdiv(seq_len, 64), batch * heads)](
-        o, do, delta, o.stride(0), o.stride(1), o.stride(2), do.stride(0), do.stride(1), do.stride(2),
-        heads, seq_len, HEAD_DIM=head_dim, BLOCK_M=64,
+        o, do, delta, *o.stride()[:3], *do_strides, heads, seq_len, HEAD_DIM=head_dim, BLOCK_M=64,
     )
-    strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-               v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do_strides)
     for block_n, block_m, warps, stages, tiles in _launches(cfg, cfg.dkdv_block_n, cfg.dkdv_block_m, cfg.bwd_warps,
                                                             cfg.bwd_stages, short):
         _DKDV[(cdiv(seq_len, block_n), batch * kv_heads)](
-            q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *strides,
-            dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
+            q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *strides, *dk.stride()[:3], *dv.stride()[:3],
             heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m, BLOCK_N=block_n,
             SUPER=cfg.dkdv_block_n, TILES=tiles, num_warps=warps, num_stages=stages, **common,
         )
     for block_m, block_n, warps, stages, tiles in _launches(cfg, cfg.dq_block_m, cfg.dq_block_n, cfg.bwd_warps,
                                                             cfg.bwd_stages, short):
         _DQ[(cdiv(seq_len, block_m), batch * heads)](
-            q, k, v, do, lse, delta, dq, doc_start, doc_end, *strides, dq.stride(0), dq.stride(1), dq.stride(2),
+            q, k, v, do, lse, delta, dq, doc_start, doc_end, *strides, *dq.stride()[:3],
             heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m, BLOCK_N=block_n,
             SUPER=cfg.dq_block_m, TILES=tiles, num_warps=warps, num_stages=stages, **common,
         )
     return dq, dk, dv
 
 
-@torch.library.custom_op(
-    "proxycomp::flash_attn_bwd", mutates_args=(),
-    schema="(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? doc_start, Tensor? doc_end, "
-           "bool causal, float scale, bool skip, int[] config) -> (Tensor, Tensor, Tensor)")
-def flash_attn_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, config):
-    """The backward launches as an op for torch.compile: dq, dk, dv."""
-    return _launch_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, AttentionConfig(*config))
+# The launchers as ops, for torch.compile (kernels/launching.py: why plain ops). AttentionConfig travels as its
+# fields' ints.
+flash_attn_fwd = define_op(
+    "flash_attn_fwd",
+    "(Tensor q, Tensor k, Tensor v, Tensor? doc_start, Tensor? doc_end, bool causal, float scale, bool skip, "
+    "int[] config) -> (Tensor, Tensor)",
+    lambda q, k, v, doc_start, doc_end, causal, scale, skip, config: _launch_fwd(
+        q, k, v, doc_start, doc_end, causal, scale, skip, AttentionConfig(*config)),
+    lambda q, *_: _forward_outputs(q))
+flash_attn_bwd = define_op(
+    "flash_attn_bwd",
+    "(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? doc_start, Tensor? doc_end, "
+    "bool causal, float scale, bool skip, int[] config) -> (Tensor, Tensor, Tensor)",
+    lambda do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, config: _launch_bwd(
+        do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, AttentionConfig(*config)),
+    lambda do, q, k, v, *_: (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)))
 
 
-@flash_attn_bwd.register_fake
-def _(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, config):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-
-
-def _setup_context(ctx, inputs, output):
-    q, k, v, doc_start, doc_end, causal, scale, skip, config = inputs
-    o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse, doc_start, doc_end)
-    ctx.options = (causal, scale, skip, config)
-    # lse2 is a by-product for the backward: no gradient flows into it, so none is made for it either.
-    ctx.mark_non_differentiable(lse)
-    ctx.set_materialize_grads(False)
-
-
-def _backward(ctx, do, _lse_grad):
-    q, k, v, o, lse, doc_start, doc_end = ctx.saved_tensors
-    dq, dk, dv = flash_attn_bwd(do, q, k, v, o, lse, doc_start, doc_end, *ctx.options)
-    return dq, dk, dv, None, None, None, None, None, None
-
-
-flash_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
-
-
-class _EagerAttention(torch.autograd.Function):
-    """The same launches outside torch.compile, without the dispatcher. On the H200 (torch 2.11) a custom op's
-    Python dispatch (schema defaults, the autograd and backend wrappers, the output aliasing check) cost ~0.8 ms
-    of host time per forward + backward, several times the seven kernel launches it wraps (BENCHMARKS.md, Kernels,
-    2026-12-04): host-launched, short-document attention then waited on the host, not the GPU."""
+class _Attention(torch.autograd.Function):
+    """The gradients of both paths. Traced by torch.compile, it calls the ops, which the graph records; run eagerly it
+    calls the launchers themselves, since even a plain op's dispatch costs host time per call that buys nothing
+    outside a graph."""
 
     @staticmethod
     def forward(ctx, q, k, v, doc_start, doc_end, causal, scale, skip, cfg):
-        o, lse = _launch_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, cfg)
+        if torch.compiler.is_compiling():
+            o, lse = flash_attn_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, cfg.ints())
+        else:
+            o, lse = _launch_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, cfg)
         ctx.save_for_backward(q, k, v, o, lse, doc_start, doc_end)
         ctx.options = (causal, scale, skip, cfg)
         return o
@@ -670,7 +643,12 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse, doc_start, doc_end = ctx.saved_tensors
-        return *_launch_bwd(do, q, k, v, o, lse, doc_start, doc_end, *ctx.options), None, None, None, None, None, None
+        causal, scale, skip, cfg = ctx.options
+        if torch.compiler.is_compiling():
+            grads = flash_attn_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, cfg.ints())
+        else:
+            grads = _launch_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, cfg)
+        return *grads, None, None, None, None, None, None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -706,8 +684,4 @@ def flash_attention(
     if doc_ids is not None:
         doc_bounds = document_bounds(doc_ids)
     doc_start, doc_end = doc_bounds if doc_bounds is not None else (None, None)
-    if torch.compiler.is_compiling():  # the ops: one opaque call each in the graph
-        o, _ = flash_attn_fwd(q, k, v, doc_start, doc_end, bool(causal), scale, bool(skip_masked_blocks),
-                              list(dataclasses.astuple(cfg)))
-        return o
-    return _EagerAttention.apply(q, k, v, doc_start, doc_end, bool(causal), scale, bool(skip_masked_blocks), cfg)
+    return _Attention.apply(q, k, v, doc_start, doc_end, bool(causal), scale, bool(skip_masked_blocks), cfg)

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from .launch_checks import KernelInputError, check_device, check_rank, interpreting
-from .launching import Launcher, cdiv
+from .launching import Launcher, cdiv, define_op
 
 BLOCK_T = 32  # sorted tokens per segment-sum tile
 TARGET_PROGRAMS = 1024  # segment-sum programs to aim for: ~8 per H200 SM, enough loads in flight
@@ -297,9 +297,6 @@ def _sum_rows(keys: torch.Tensor, grad_x: torch.Tensor, grad_y: torch.Tensor, su
                            BLOCK_C=BLOCK_C, BLOCK_R=BLOCK_R, BLOCK_D=block_d, num_warps=4)
 
 
-# The launchers are torch custom ops, as the attention's are: torch.compile records one opaque call each instead of
-# breaking the graph around the Triton launches, so a model compiled with fullgraph=True can use them. Schemas are
-# written out rather than inferred from this module's postponed annotations.
 def _forward_outputs(ids: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x and y (..., d) in weight's dtype; the flat sort keys, as narrow an int as the vocabulary allows."""
     vocab, dim = weight.shape
@@ -308,10 +305,7 @@ def _forward_outputs(ids: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Ten
     return x, torch.empty_like(x), ids.new_empty(ids.numel(), dtype=key_dtype)
 
 
-@torch.library.custom_op(
-    "proxycomp::embedding_rmsnorm_fwd", mutates_args=(),
-    schema="(Tensor ids, Tensor weight, Tensor norm_weight, float eps) -> (Tensor, Tensor, Tensor)")
-def embedding_rmsnorm_fwd(ids, weight, norm_weight, eps):
+def _launch_fwd(ids, weight, norm_weight, eps):
     """Launch the forward kernel on checked inputs: weight[ids], its RMSNorm times norm_weight, and the sort keys."""
     flat = ids.reshape(-1)
     n = flat.numel()
@@ -327,16 +321,7 @@ def embedding_rmsnorm_fwd(ids, weight, norm_weight, eps):
     return x, y, keys
 
 
-@embedding_rmsnorm_fwd.register_fake
-def _(ids, weight, norm_weight, eps):
-    return _forward_outputs(ids, weight)
-
-
-@torch.library.custom_op(
-    "proxycomp::embedding_rmsnorm_bwd", mutates_args=(),
-    schema="(Tensor keys, Tensor grad_x, Tensor grad_y, Tensor weight, Tensor norm_weight, float eps) "
-           "-> (Tensor, Tensor)")
-def embedding_rmsnorm_bwd(keys, grad_x, grad_y, weight, norm_weight, eps):
+def _launch_bwd(keys, grad_x, grad_y, weight, norm_weight, eps):
     """dweight and dnorm_weight from the gradients of both forward outputs and the forward's sort keys."""
     vocab, dim = weight.shape
     sums = torch.empty(2, vocab, dim, device=weight.device, dtype=torch.float32)
@@ -351,30 +336,35 @@ def embedding_rmsnorm_bwd(keys, grad_x, grad_y, weight, norm_weight, eps):
     return dw, dg_part.sum(0).to(norm_weight.dtype)
 
 
-@embedding_rmsnorm_bwd.register_fake
-def _(keys, grad_x, grad_y, weight, norm_weight, eps):
-    return torch.empty_like(weight), torch.empty_like(norm_weight)
+# The launchers as ops, for torch.compile (kernels/launching.py: why plain ops).
+embedding_rmsnorm_fwd = define_op(
+    "embedding_rmsnorm_fwd", "(Tensor ids, Tensor weight, Tensor norm_weight, float eps) -> (Tensor, Tensor, Tensor)",
+    _launch_fwd, lambda ids, weight, *_: _forward_outputs(ids, weight))
+embedding_rmsnorm_bwd = define_op(
+    "embedding_rmsnorm_bwd",
+    "(Tensor keys, Tensor grad_x, Tensor grad_y, Tensor weight, Tensor norm_weight, float eps) -> (Tensor, Tensor)",
+    _launch_bwd, lambda keys, grad_x, grad_y, weight, norm_weight, eps: (torch.empty_like(weight),
+                                                                          torch.empty_like(norm_weight)))
 
 
-def _setup_context(ctx, inputs, output):
-    _, weight, norm_weight, eps = inputs
-    ctx.save_for_backward(output[2], weight, norm_weight)
-    ctx.eps = eps
-    # The sort keys are a by-product for the backward: no gradient flows into them, so none is made for them either.
-    ctx.mark_non_differentiable(output[2])
-    ctx.set_materialize_grads(False)
+class _EmbeddingRMSNorm(torch.autograd.Function):
+    """The gradients of both paths: traced by torch.compile it calls the ops, run eagerly the launchers themselves
+    (as the attention's autograd.Function). An output that took no part in the loss brings a zero gradient."""
 
+    @staticmethod
+    def forward(ctx, ids, weight, norm_weight, eps):
+        launch = embedding_rmsnorm_fwd if torch.compiler.is_compiling() else _launch_fwd
+        x, y, keys = launch(ids, weight, norm_weight, eps)
+        ctx.save_for_backward(keys, weight, norm_weight)
+        ctx.eps = eps
+        return x, y
 
-def _backward(ctx, grad_x, grad_y, _keys_grad):
-    keys, weight, norm_weight = ctx.saved_tensors
-    # An output that took no part in the loss brings no gradient (None): it adds nothing to dweight.
-    grad_x = torch.zeros_like(grad_y) if grad_x is None else grad_x
-    grad_y = torch.zeros_like(grad_x) if grad_y is None else grad_y
-    dw, dg = embedding_rmsnorm_bwd(keys, grad_x, grad_y, weight, norm_weight, ctx.eps)
-    return None, dw, dg, None
-
-
-embedding_rmsnorm_fwd.register_autograd(_backward, setup_context=_setup_context)
+    @staticmethod
+    def backward(ctx, grad_x, grad_y):
+        keys, weight, norm_weight = ctx.saved_tensors
+        launch = embedding_rmsnorm_bwd if torch.compiler.is_compiling() else _launch_bwd
+        dw, dg = launch(keys, grad_x, grad_y, weight, norm_weight, ctx.eps)
+        return None, dw, dg, None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -390,5 +380,4 @@ def embedding_rmsnorm(
     block's input.
     """
     _check_inputs(ids, weight, norm_weight)
-    x, y, _ = embedding_rmsnorm_fwd(ids, weight, norm_weight, float(eps))
-    return x, y
+    return _EmbeddingRMSNorm.apply(ids, weight, norm_weight, float(eps))

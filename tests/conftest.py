@@ -32,14 +32,28 @@ def _seed():
 
 class GraphRecorder:
     """A torch.compile backend that runs each graph Dynamo captures as it is and keeps it, so a test can read its
-    ops."""
+    ops. With `aot`, it keeps the forward and backward graphs AOTAutograd makes of it instead (what Inductor would
+    compile, and what calls the ops at run time; the backward one once a backward has run)."""
 
-    def __init__(self) -> None:
+    def __init__(self, aot: bool = False) -> None:
+        self.aot = aot
         self.graphs = []
 
-    def __call__(self, gm, example_inputs):
+    def _keep(self, gm, example_inputs):
         self.graphs.append(gm)
         return gm.forward
+
+    def _keep_boxed(self, gm, example_inputs):  # AOTAutograd calls its graphs with one list of arguments
+        from torch._functorch.aot_autograd import make_boxed_func
+
+        return make_boxed_func(self._keep(gm, example_inputs))
+
+    def __call__(self, gm, example_inputs):
+        if self.aot:
+            from torch._dynamo.backends.common import aot_autograd
+
+            return aot_autograd(fw_compiler=self._keep_boxed, bw_compiler=self._keep_boxed)(gm, example_inputs)
+        return self._keep(gm, example_inputs)
 
     def call_targets(self) -> list[list[str]]:
         """Per captured graph, the functions and ops it calls, in order."""
@@ -50,3 +64,9 @@ class GraphRecorder:
 def graph_recorder():
     torch._dynamo.reset()  # graphs cached by earlier tests would not be captured again
     return GraphRecorder()
+
+
+@pytest.fixture
+def aot_graph_recorder():
+    torch._dynamo.reset()
+    return GraphRecorder(aot=True)

@@ -350,16 +350,20 @@ def test_triton_embedding_decodes_with_the_torch_path():
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
-def test_triton_embedding_is_one_opaque_op_in_the_compiled_graph(graph_recorder):
-    """With the triton attention too, as a training run compiles it: one graph, no break, and loss and gradients
-    equal eager's when the graph runs through aot_autograd (so the backward op is in the compiled graph as well)."""
+def test_triton_embedding_is_one_opaque_op_in_the_compiled_graph(aot_graph_recorder):
+    """With the triton attention too, as a training run compiles it: one graph, no break, each kernel one op in the
+    forward and backward graphs AOTAutograd makes (what Inductor compiles), and loss and gradients equal eager's."""
     pytest.importorskip("proxycomp.kernels.embedding")
     _, model = _torch_and_triton_embedding(attn_backend="triton")
     ids = torch.randint(0, ODD["vocab_size"], (2, 37))
-    torch.testing.assert_close(torch.compile(model, backend=graph_recorder, fullgraph=True)(ids), model(ids))
-    (ops,) = graph_recorder.call_targets()
-    assert ops.count("proxycomp.embedding_rmsnorm_fwd.default") == 1
-    assert ops.count("proxycomp.flash_attn_fwd.default") == ODD["n_layers"]
+    compiled = torch.compile(model, backend=aot_graph_recorder, fullgraph=True)(ids)
+    torch.testing.assert_close(compiled, model(ids))
+    compiled.sum().backward()
+    forward_ops, backward_ops = aot_graph_recorder.call_targets()
+    assert forward_ops.count("proxycomp.embedding_rmsnorm_fwd.default") == 1
+    assert forward_ops.count("proxycomp.flash_attn_fwd.default") == ODD["n_layers"]
+    assert backward_ops.count("proxycomp.embedding_rmsnorm_bwd.default") == 1
+    assert backward_ops.count("proxycomp.flash_attn_bwd.default") == ODD["n_layers"]
     results = []
     for forward in (model, torch.compile(model, backend="aot_eager", fullgraph=True)):
         model.zero_grad()

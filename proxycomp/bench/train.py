@@ -19,7 +19,7 @@ TrainStream of the spm proxy recipe past its warmup (each document compressed wi
 mixing; compressed documents are ~3.6x shorter in symbols), with the vocabulary of its 8192 pieces. The summary
 states the share of causal attention the windows' documents keep, which bounds what the document mask can skip.
 `-compile` wraps the Transformer in torch.compile (the fit arms: with its loss, as ProxyLM(compile=True) does); the
-Triton attention is a custom op inside the graph. `-graphs` is the same in mode "reduce-overhead" (ProxyLM's
+Triton attention is an opaque op inside the graph. `-graphs` is the same in mode "reduce-overhead" (ProxyLM's
 compile_mode): each compiled forward and backward is replayed as a CUDA graph. The tiny preset compiles with
 aot_eager, which has no modes, so there `-graphs` equals `-compile`.
 

@@ -1,11 +1,10 @@
-"""The flash attention as torch custom ops: op contracts (opcheck), precomputed document bounds, and a compiled
-model with the triton backend in one graph whose loss and gradients equal eager's.
+"""The flash attention's ops and the autograd.Function over them: op contracts (opcheck), the eager path against the
+ops, the compiled graphs, precomputed document bounds, and a compiled model with the triton backend in one graph
+whose loss and gradients equal eager's.
 
 CPU runs use Triton's interpreter at small sizes.
 """
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 import torch
@@ -44,14 +43,14 @@ def _random_doc_ids(batch, seq):
 
 def _op_args(q, docs, causal=True, scale=0.3, skip=True):
     bounds = document_bounds(_random_doc_ids(q.shape[0], q.shape[2])) if docs else (None, None)
-    return (*bounds, causal, scale, skip, list(dataclasses.astuple(default_config(16, q.device))))
+    return (*bounds, causal, scale, skip, default_config(16, q.device).ints())
 
 
 @pytest.mark.parametrize("docs", [False, True], ids=["causal", "docs"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
 def test_forward_op_passes_opcheck(shape, docs):
-    q, k, v = _qkv(*shape)
-    # opcheck also compiles the op with aot_autograd and compares its outputs and q/k/v gradients with eager.
+    # Inputs that need no gradient: the op alone is not differentiable (the autograd.Function is, tested below).
+    q, k, v = _qkv(*shape, requires_grad=False)
     torch.library.opcheck(flash_attn_fwd, (q, k, v, *_op_args(q, docs)))
 
 
@@ -89,24 +88,33 @@ def test_precomputed_document_bounds_equal_doc_ids():
 
 
 def test_eager_calls_skip_the_ops_and_equal_them():
-    """Outside torch.compile the entry point launches through its autograd.Function, not the ops' dispatcher (the
-    host cost), with the same launches: outputs and gradients equal the ops' bit for bit."""
+    """Outside torch.compile the autograd.Function launches without the ops' dispatch (host cost), with the same
+    launches: outputs and gradients equal the ops' bit for bit. The ops alone make outputs that need no gradient."""
     q, k, v = _qkv(2, 4, 2, 37)
     args = _op_args(q, True)
     grad_out = torch.randn(q.shape, device=DEVICE)
     eager = flash_attention(q, k, v, doc_bounds=args[:2], softmax_scale=args[3])
-    assert type(eager.grad_fn).__name__ == "_EagerAttentionBackward"
-    via_op = flash_attn_fwd(q, k, v, *args)[0]
+    assert type(eager.grad_fn).__name__ == "_AttentionBackward"
+    o, lse = flash_attn_fwd(q, k, v, *args)
+    assert not o.requires_grad and not lse.requires_grad
     for got, want in zip((eager, *torch.autograd.grad(eager, (q, k, v), grad_out)),
-                         (via_op, *torch.autograd.grad(via_op, (q, k, v), grad_out))):
+                         (o, *flash_attn_bwd(grad_out, q, k, v, o, lse, *args))):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-def test_flash_attention_compiles_without_graph_breaks():
+@pytest.mark.parametrize("docs", [False, True], ids=["causal", "docs"])
+def test_compiled_attention_is_one_op_each_way_and_equals_eager(aot_graph_recorder, docs):
     q, k, v = _qkv(1, 2, 1, 33)
-    doc_ids = _random_doc_ids(1, 33)
-    compiled = torch.compile(flash_attention, backend="aot_eager", fullgraph=True)
-    torch.testing.assert_close(compiled(q, k, v, doc_ids), flash_attention(q, k, v, doc_ids))
+    doc_ids = _random_doc_ids(1, 33) if docs else None
+    grad_out = torch.randn(q.shape, device=DEVICE)
+    compiled = torch.compile(flash_attention, backend=aot_graph_recorder, fullgraph=True)
+    results = [(out, *torch.autograd.grad(out, (q, k, v), grad_out))
+               for out in (compiled(q, k, v, doc_ids), flash_attention(q, k, v, doc_ids))]
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    forward_ops, backward_ops = aot_graph_recorder.call_targets()
+    assert forward_ops.count("proxycomp.flash_attn_fwd.default") == 1
+    assert backward_ops.count("proxycomp.flash_attn_bwd.default") == 1
 
 
 def _bounds(batch=1, seq=16):

@@ -1,4 +1,5 @@
-"""embedding_rmsnorm against the float32 reference (outputs, dweight, dnorm_weight) and its custom ops' contracts."""
+"""embedding_rmsnorm against the float32 reference (outputs, dweight, dnorm_weight), its ops' contracts, and its
+autograd.Function against the ops."""
 from __future__ import annotations
 
 import re
@@ -149,7 +150,7 @@ def test_backward_is_deterministic():
     assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
-# ---------------------------------------------------------------------------------------------- the custom ops
+# ---------------------------------------------------------------------------------------------- the ops
 def _op_inputs(vocab=37, dim=24, shape=(3, 13)):
     weight, norm_weight = _tables(vocab, dim)
     return _ids(vocab, shape), weight, norm_weight, 1e-5
@@ -172,8 +173,9 @@ def test_fake_outputs_have_the_real_layout():
 
 
 def test_forward_op_passes_opcheck():
-    # opcheck also runs the op under aot_autograd and compares its outputs and gradients with eager.
-    torch.library.opcheck(embedding_rmsnorm_fwd, _op_inputs())
+    # Tables that need no gradient: the op alone is not differentiable (the autograd.Function is, tested below).
+    ids, weight, norm_weight, eps = _op_inputs()
+    torch.library.opcheck(embedding_rmsnorm_fwd, (ids, weight.detach(), norm_weight.detach(), eps))
 
 
 def test_backward_op_passes_opcheck():
@@ -184,15 +186,33 @@ def test_backward_op_passes_opcheck():
                                                   norm_weight, eps))
 
 
-def test_embedding_rmsnorm_compiles_without_graph_breaks():
+def test_eager_calls_skip_the_ops_and_equal_them():
+    """Eagerly the autograd.Function launches without the ops' dispatch: the same outputs and gradients as the ops,
+    bit for bit; an output left out of the loss adds nothing. The ops alone make outputs that need no gradient."""
     ids, weight, norm_weight, eps = _op_inputs()
-    compiled = torch.compile(embedding_rmsnorm, backend="aot_eager", fullgraph=True)
+    x, y = embedding_rmsnorm(ids, weight, norm_weight, eps)
+    assert type(x.grad_fn).__name__ == "_EmbeddingRMSNormBackward"
+    op_x, op_y, keys = embedding_rmsnorm_fwd(ids, weight, norm_weight, eps)
+    assert not (op_x.requires_grad or op_y.requires_grad)
+    grad_y = torch.randn_like(y)
+    got = torch.autograd.grad(y, (weight, norm_weight), grad_y)
+    want = embedding_rmsnorm_bwd(keys, torch.zeros_like(op_x), grad_y, weight, norm_weight, eps)
+    for a, b in zip((x, y, *got), (op_x, op_y, *want)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_compiled_embedding_is_one_op_each_way_and_equals_eager(aot_graph_recorder):
+    ids, weight, norm_weight, eps = _op_inputs()
+    compiled = torch.compile(embedding_rmsnorm, backend=aot_graph_recorder, fullgraph=True)
     results = []
     for fn in (compiled, embedding_rmsnorm):
         x, y = fn(ids, weight, norm_weight, eps)
         results.append((x, y, *torch.autograd.grad((x * y).sum(), (weight, norm_weight))))
     for got, want in zip(*results):
         torch.testing.assert_close(got, want)
+    forward_ops, backward_ops = aot_graph_recorder.call_targets()
+    assert forward_ops.count("proxycomp.embedding_rmsnorm_fwd.default") == 1
+    assert backward_ops.count("proxycomp.embedding_rmsnorm_bwd.default") == 1
 
 
 # ---------------------------------------------------------------------------------------------- bad inputs
