@@ -36,7 +36,8 @@ import triton
 import triton.language as tl
 
 from .launch_checks import KernelInputError, check_device, check_rank, interpreting
-from .launching import Launcher, cdiv, define_op
+from .launching import Launcher, cdiv
+from .ops import define_op
 
 LOG2E = 1.4426950408889634
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -607,7 +608,7 @@ def _launch_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal: bool, scale: fl
     return dq, dk, dv
 
 
-# The launchers as ops, for torch.compile (kernels/launching.py: why plain ops). AttentionConfig travels as its
+# The launchers as ops, for torch.compile (kernels/ops.py: why plain ops). AttentionConfig travels as its
 # fields' ints.
 flash_attn_fwd = define_op(
     "flash_attn_fwd",

@@ -37,7 +37,8 @@ import triton
 import triton.language as tl
 
 from .launch_checks import KernelInputError, check_device, check_rank, interpreting
-from .launching import Launcher, cdiv, define_op
+from .launching import Launcher, cdiv
+from .ops import define_op
 
 BLOCK_T = 32  # sorted tokens per segment-sum tile
 TARGET_PROGRAMS = 1024  # segment-sum programs to aim for: ~8 per H200 SM, enough loads in flight
@@ -336,7 +337,7 @@ def _launch_bwd(keys, grad_x, grad_y, weight, norm_weight, eps):
     return dw, dg_part.sum(0).to(norm_weight.dtype)
 
 
-# The launchers as ops, for torch.compile (kernels/launching.py: why plain ops).
+# The launchers as ops, for torch.compile (kernels/ops.py: why plain ops).
 embedding_rmsnorm_fwd = define_op(
     "embedding_rmsnorm_fwd", "(Tensor ids, Tensor weight, Tensor norm_weight, float eps) -> (Tensor, Tensor, Tensor)",
     _launch_fwd, lambda ids, weight, *_: _forward_outputs(ids, weight))

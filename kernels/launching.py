@@ -1,5 +1,4 @@
-"""Host side of a launch: grid arithmetic, launching a built kernel without Triton's per-call dispatch, and the
-launchers as torch ops for torch.compile.
+"""Host side of a launch: grid arithmetic, and launching a built kernel without Triton's per-call dispatch.
 
 `kernel[grid](...)` binds and specializes every argument, hashes a cache key and checks the globals the kernel read,
 on every call: 22-37 us a launch on the H200 (triton 3.6), where the built kernel's own launcher takes ~9 us
@@ -8,14 +7,6 @@ documents the GPU waited for the host. `Launcher` keeps the built kernels Triton
 specializes a build on and more (each scalar's exact value, each tensor's dtype and 16-byte alignment, the
 constexprs, warps, stages and device), and launches a key it has seen through that kernel's launcher, as Triton's own
 `run` does after its lookup. A new key goes through Triton, which builds or finds the right kernel and returns it.
-
-Ops. Under torch.compile each launcher is one opaque call in the graph (`define_op`), not a traced Triton launch
-(on triton 3.6 that passed a float argument as fp64 and failed) nor a graph break. They are plain dispatcher ops
-rather than `torch.library.custom_op`s: a custom op wraps every call in Python, its autograd kernel redispatching
-and its backend kernel checking the outputs for aliasing, which the compiled graph paid on every layer's forward
-and backward: host us per layer's fwd+bwd in a compiled chain of attentions, launches stubbed, on a 2-core CPU,
-244 -> 42 under torch 2.11 (the H200 image's) and 84 -> 50 under 2.13. Their gradients come from an
-autograd.Function around them, which Dynamo traces into the graph's backward.
 """
 from __future__ import annotations
 
@@ -23,7 +14,6 @@ import torch
 import triton
 from triton.runtime.jit import JITFunction
 
-_OPS = torch.library.Library("proxycomp", "FRAGMENT")  # kept alive here: a collected Library unregisters its ops
 CACHE_LIMIT = 256  # keys per kernel; a caller cycling through more shapes starts over rather than grow without bound
 
 
@@ -79,14 +69,3 @@ class Launcher:
                   built.launch_metadata(grid, stream, *values), hooks.launch_enter_hook, hooks.launch_exit_hook,
                   *values)
 
-
-def define_op(name: str, schema: str, launch, fake):
-    """Register `proxycomp::name` with `schema` ("(args) -> outputs", written out: the kernel modules' annotations
-    are postponed strings), `launch` as its kernel on every device and `fake` as its shapes for the compiler.
-    Autograd falls through: the op is not differentiable by itself (its outputs never require grad), the
-    autograd.Function around it is (see the module docstring). Returns the op."""
-    _OPS.define(name + schema, tags=(torch.Tag.pt2_compliant_tag,))
-    _OPS.impl(name, launch, "CompositeExplicitAutograd")
-    _OPS.impl(name, torch.library.fallthrough_kernel, "Autograd")
-    torch.library.register_fake(f"proxycomp::{name}", fake, lib=_OPS)
-    return getattr(torch.ops.proxycomp, name).default

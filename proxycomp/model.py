@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from proxycomp.errors import UserError
+from proxycomp.kernels.ops import define_op
 from proxycomp.kernels.reference import document_runs
 
 if TYPE_CHECKING:
@@ -139,22 +140,22 @@ class RMSNorm(nn.Module):
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
 
-# An opaque op: under a whole-model torch.compile Inductor otherwise fuses cos/sin into every layer's rotation,
-# forward and backward, recomputing them per element (on the H200 ~27% of a d768 step). As a custom op they are made
-# once per forward, and the graph need not break around them (a break would also cut the loss off from the model).
-# The schema is written out: this module's annotations are postponed strings.
-@torch.library.custom_op("proxycomp::rope_angles", mutates_args=(),
-                         schema="(Tensor positions, int head_dim, float theta) -> (Tensor, Tensor)")
-def _rope_cos_sin(positions, head_dim, theta):
+def _rope_cos_sin_of(positions, head_dim, theta):
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
     angles = positions.float()[..., None] * inv_freq
     return angles.cos(), angles.sin()
 
 
-@_rope_cos_sin.register_fake
-def _(positions, head_dim, theta):
+def _rope_shapes(positions, head_dim, theta):
     shape = (*positions.shape, head_dim // 2)
     return positions.new_empty(shape, dtype=torch.float32), positions.new_empty(shape, dtype=torch.float32)
+
+
+# An opaque op: under a whole-model torch.compile Inductor otherwise fuses cos/sin into every layer's rotation,
+# forward and backward, recomputing them per element (on the H200 ~27% of a d768 step). As an op they are made once
+# per forward, and the graph need not break around them (a break would also cut the loss off from the model).
+_rope_cos_sin = define_op("rope_angles", "(Tensor positions, int head_dim, float theta) -> (Tensor, Tensor)",
+                          _rope_cos_sin_of, _rope_shapes)
 
 
 def rope_angles(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
