@@ -79,6 +79,19 @@ def test_host_summary_compares_triton_dispatch_with_the_launcher(bench_kernels):
     assert "200|205" in line and "300|305" in line and "900|905" in line and line.rstrip().endswith("1.50")
 
 
+def test_host_pieces_row_says_what_lies_beside_the_launches(bench_kernels):
+    us = {"engine": 90.0, "fwd launches": 50.0, "bwd launches": 130.0, "fwd no grad": 80.0, "fwd": 91.0,
+          "bwd": 400.0, "fwd+bwd": 551.0}
+    results = [dict(kind="host", impl=impl, B=1, H=1, S=256, D=64, docs=4, host_us=1.0, wall_us=1.0)
+               for impl in ("launcher", "triton", "compiled")]
+    rows, _ = bench_kernels.summary([*results, dict(kind="host_pieces", B=1, H=1, S=256, D=64, docs=4, us=us)])
+    header = rows.index(next(r for r in rows if r.startswith("host pieces")))
+    assert all(name in rows[header + 1] for name in us)
+    cells = rows[header + 2].split()
+    assert rows[header + 2].startswith("(1, 1, 256, 64)")
+    assert cells[4:] == ["4", "90", "50", "130", "80", "91", "400", "551", "371"]  # beside launches: 551 - 50 - 130
+
+
 def test_spm_doc_ids_are_the_spm_streams_windows(bench_kernels):
     doc_ids = bench_kernels.spm_doc_ids("tiny", 256, 2, seed=0)
     assert doc_ids.shape == (2, 256)

@@ -12,6 +12,8 @@ only the same-document causal pairs.
 Host (`--parts host`): host microseconds per eager fwd+bwd call of ours, its launches through
 `kernels.launching.Launcher` and through Triton's own dispatch alternating in one process, and through
 torch.compile; at a shape where the GPU is never the bound and at the flex part's D=64 shape with 32 documents.
+Then the pieces of that call, each timed alone: the launchers, the forward with and without autograd, the backward
+through the engine, and the engine's cost for a Python Function that launches nothing.
 
     python tools/bench_kernels.py --out bench.json [--record] [--parts attention,embedding,flex,host,sweep]
 
@@ -311,10 +313,62 @@ def bench_host(results: list, gen_cpu, gen_cuda) -> None:
                                 wall_us=wall, rounds=rounds))
             print(f"host {name:9s} {batch},{heads},{seq},{dim} docs={docs}: {host:.0f} us host, {wall:.0f} us wall "
                   "per fwd+bwd", flush=True)
+        pieces = _host_pieces(A, q, k, v, grad_out, bounds)
+        results.append(dict(kind="host_pieces", B=batch, H=heads, S=seq, D=dim, docs=docs, us=pieces))
+        print(f"host pieces {batch},{heads},{seq},{dim} docs={docs}: " +
+              ", ".join(f"{name} {us:.0f}" for name, us in pieces.items()), flush=True)
+
+
+class _PassThrough(torch.autograd.Function):
+    """No kernel either way: what the autograd engine costs a Python Function's round trip."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def _host_pieces(A, q, k, v, grad_out, bounds) -> dict[str, float]:
+    """Host us of each piece of one eager fwd+bwd call (launches through the Launcher; gradients reset to None before
+    each call, as the flex part times): where the host time goes, before anything is changed."""
+    cfg, scale, (start, end) = default_config(q.shape[-1], q.device), q.shape[-1] ** -0.5, bounds
+    x = torch.randn(16, device=q.device, requires_grad=True)
+    with torch.no_grad():
+        o, lse = A._launch_fwd(q, k, v, start, end, True, scale, True, cfg)
+    retained = flash_attention(q, k, v, doc_bounds=bounds)
+
+    def fresh(step):
+        def run():
+            for t in (x, q, k, v):
+                t.grad = None
+            step()
+        return run
+
+    def no_grad(step):
+        def run():
+            with torch.no_grad():
+                step()
+        return run
+
+    steps = {
+        "engine": lambda: _PassThrough.apply(x).backward(x.detach()),
+        "fwd launches": no_grad(lambda: A._launch_fwd(q, k, v, start, end, True, scale, True, cfg)),
+        "bwd launches": no_grad(lambda: A._launch_bwd(grad_out, q, k, v, o, lse, start, end, True, scale, True, cfg)),
+        "fwd no grad": no_grad(lambda: flash_attention(q, k, v, doc_bounds=bounds)),
+        "fwd": lambda: flash_attention(q, k, v, doc_bounds=bounds),
+        "bwd": lambda: retained.backward(grad_out, retain_graph=True),
+        "fwd+bwd": lambda: flash_attention(q, k, v, doc_bounds=bounds).backward(grad_out),
+    }
+    return {name: sorted(_host_us(fresh(step))[0] for _ in range(HOST_ROUNDS))[HOST_ROUNDS // 2]
+            for name, step in steps.items()}
 
 
 def host_summary(results: list) -> tuple[list[str], dict]:
-    """One line per case: host|wall us per fwd+bwd of each launch path, and Triton's dispatch over the Launcher."""
+    """One line per case: host|wall us per fwd+bwd of each launch path, and Triton's dispatch over the Launcher;
+    then the pieces of the Launcher path's call."""
     host = [r for r in results if r["kind"] == "host"]
     if not host:
         return [], {}
@@ -329,6 +383,18 @@ def host_summary(results: list) -> tuple[list[str], dict]:
         ratios[f"host_S{case[2]}_docs{case[4]}_triton_vs_launcher"] = ratio
         rows.append(f"{str(case[:4]):18s} {case[4]:>4d} " +
                     " ".join(f"{by[i]['host_us']:>5.0f}|{by[i]['wall_us']:<5.0f}" for i in impls) + f" {ratio:>21.2f}")
+    pieces = [r for r in results if r["kind"] == "host_pieces"]
+    if pieces:
+        names = list(pieces[0]["us"])
+        rows += ["host pieces: us of host per call (engine: a kernel-free autograd.Function's backward; launches: "
+                 "the launchers alone; beside launches: fwd+bwd less both launch columns)",
+                 f"{'(B,H,S,D)':18s} {'docs':>4s} " + " ".join(f"{n:>12s}" for n in names) +
+                 f" {'beside launches':>15s}"]
+        for r in pieces:
+            us = r["us"]
+            beside = us["fwd+bwd"] - us["fwd launches"] - us["bwd launches"]
+            rows.append(f"{str((r['B'], r['H'], r['S'], r['D'])):18s} {r['docs']:>4d} " +
+                        " ".join(f"{us[n]:>12.0f}" for n in names) + f" {beside:>15.0f}")
     return rows, ratios
 
 
