@@ -18,6 +18,7 @@ in two launches over the same rows: the configured blocks take the "long" tiles,
 tiles whose document span (the keys the big tile would visit, or the queries for a key tile) is at most
 `short_span`. Every program of both launches classifies its big tile from the document bounds on the device and
 returns at once if the tile belongs to the other launch: no host sync, and each row is written by one program.
+Measured on the H200, this pays at head size 128 and 32-128 documents per row, not at head size 64 (SHORT_TILES).
 
 Each kernel walks its key (or query) range in three phases: a masked head (document boundary), an
 unmasked middle, and a masked tail (diagonal / sequence end / document end). Only the phases that
@@ -448,6 +449,22 @@ class AttentionConfig:
 _CONFIG_FIELDS = tuple(field.name for field in dataclasses.fields(AttentionConfig))
 
 
+# The short-document tiles' settings per head size (64: sizes up to 64): spans up to two big tiles, in blocks that
+# waste fewer masked pairs on documents of a few hundred positions and leave room for several programs per
+# multiprocessor to hide each short loop's latency. Picked by that reasoning, then timed against the single launch
+# in the same runs (`bench_kernels --parts flex`, three H200 calls, BENCHMARKS.md): at head size 128 they are
+# faster at 32 and 128 documents per row (0.68-0.69 vs 0.73 ms, 0.50 vs 0.64-0.65 as graphs); at head size 64 the
+# single launch was faster at every row (e.g. 0.53-0.54 vs 0.64 ms at 32 documents, 1.82-1.84 vs 1.87-1.90 on the
+# spm stream), so the default uses them at 128 only.
+SHORT_TILES = {64: dict(short_span=128, short_block=32, short_step=32),
+               128: dict(short_span=256, short_block=64, short_step=32)}
+
+
+def with_short_tiles(cfg: AttentionConfig, head_dim: int) -> AttentionConfig:
+    """`cfg` with the short-document tiles of its head size turned on (a config may ask for them at any size)."""
+    return dataclasses.replace(cfg, **SHORT_TILES[64 if head_dim <= 64 else 128])
+
+
 def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
     """Hopper (sm_90) configs picked by `tools/bench_kernels.py --parts sweep` on an H200 at the byte models'
     shapes (2026-12-03; BENCHMARKS.md); small blocks under the interpreter, where they exercise more block
@@ -455,12 +472,9 @@ def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
     if device.type == "cpu":
         return AttentionConfig(32, 16, 4, 1, 32, 16, 32, 16, 4, 1, short_span=32, short_block=16, short_step=16,
                                short_stages=1)
-    # Short tiles: spans up to two big tiles, in blocks that waste fewer masked pairs on documents of a few hundred
-    # positions and leave room for several programs per multiprocessor to hide each short loop's latency. Picked by
-    # that reasoning, not yet timed: `--parts sweep` times them against the alternatives (SWEEP_SHORT).
     if head_dim <= 64:
-        return AttentionConfig(64, 64, 4, 3, 64, 64, 64, 64, 4, 3, short_span=128, short_block=32, short_step=32)
-    return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3, short_span=256, short_block=64, short_step=32)
+        return AttentionConfig(64, 64, 4, 3, 64, 64, 64, 64, 4, 3)
+    return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3, **SHORT_TILES[128])
 
 
 def _check_config(cfg: AttentionConfig) -> None:

@@ -38,25 +38,29 @@ def _pointers(dtype: str, *names: str) -> dict[str, str]:
 
 
 def attention_builds(head_dim: int):
-    """Each pass as the launchers run it with documents: its long tiles in the pass's blocks, its short tiles in
-    the short blocks."""
+    """Each pass as the launchers run it with documents: the default config's launches (one per pass, or its long
+    tiles in the pass's blocks and its short tiles in the short blocks), and the short tiles' launches where the
+    default leaves them off, since a config may turn them on."""
     from . import attention as A
 
-    cfg = A.default_config(head_dim, torch.device("cuda"))
+    default = A.default_config(head_dim, torch.device("cuda"))
+    configs = [default] if default.short_span > 0 else [default, A.with_short_tiles(default, head_dim)]
     flags = dict(HEAD_DIM=head_dim, CAUSAL=True, HAS_DOCS=True, SKIP=True, FP32_DOT=False)
     qkv = {**_pointers("bf16", "Q", "K", "V", "O", "DO", "DQ", "DK", "DV"), **_pointers("fp32", "LSE", "DELTA"),
            **_pointers("i32", "DOC_START", "DOC_END"), "qk_scale2": "fp32", "sm_scale": "fp32"}
-    passes = [("fwd", A._attn_fwd_kernel, "BLOCK_M", "BLOCK_N", cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps,
-               cfg.fwd_stages),
-              ("dkdv", A._attn_bwd_dkdv_kernel, "BLOCK_N", "BLOCK_M", cfg.dkdv_block_n, cfg.dkdv_block_m,
-               cfg.bwd_warps, cfg.bwd_stages),
-              ("dq", A._attn_bwd_dq_kernel, "BLOCK_M", "BLOCK_N", cfg.dq_block_m, cfg.dq_block_n, cfg.bwd_warps,
-               cfg.bwd_stages)]
-    for name, fn, rows, step, block, block_step, warps, stages in passes:
-        launches = A._launches(cfg, block, block_step, warps, stages, short=True)
-        for (tile, tile_step, tile_warps, tile_stages, tiles), which in zip(launches, ("long", "short")):
-            yield (f"attention {name} {which} tiles", fn, qkv,
-                   {rows: tile, step: tile_step, "SUPER": block, "TILES": tiles, **flags}, tile_warps, tile_stages)
+    for cfg in configs:
+        passes = [("fwd", A._attn_fwd_kernel, "BLOCK_M", "BLOCK_N", cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps,
+                   cfg.fwd_stages),
+                  ("dkdv", A._attn_bwd_dkdv_kernel, "BLOCK_N", "BLOCK_M", cfg.dkdv_block_n, cfg.dkdv_block_m,
+                   cfg.bwd_warps, cfg.bwd_stages),
+                  ("dq", A._attn_bwd_dq_kernel, "BLOCK_M", "BLOCK_N", cfg.dq_block_m, cfg.dq_block_n, cfg.bwd_warps,
+                   cfg.bwd_stages)]
+        for name, fn, rows, step, block, block_step, warps, stages in passes:
+            for tile, tile_step, tile_warps, tile_stages, tiles in A._launches(cfg, block, block_step, warps, stages,
+                                                                               short=cfg.short_span > 0):
+                yield (f"attention {name} {('single launch', 'long tiles', 'short tiles')[tiles]}", fn, qkv,
+                       {rows: tile, step: tile_step, "SUPER": block, "TILES": tiles, **flags}, tile_warps,
+                       tile_stages)
     yield ("attention delta", A._attn_bwd_delta_kernel, qkv, dict(HEAD_DIM=head_dim, BLOCK_M=64), 4, 1)
 
 

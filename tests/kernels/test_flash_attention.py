@@ -10,7 +10,8 @@ import dataclasses
 import pytest
 import torch
 
-from proxycomp.kernels.attention import KernelInputError, default_config, document_bounds, flash_attention
+from proxycomp.kernels.attention import (KernelInputError, default_config, document_bounds, flash_attention,
+                                         with_short_tiles)
 from proxycomp.kernels.reference import attention_reference
 
 CUDA = torch.cuda.is_available()
@@ -166,6 +167,12 @@ def _tile_spans(doc_ids: torch.Tensor, tile: int) -> torch.Tensor:
     return last - start[:, first]
 
 
+def _short_config(head_dim):
+    """The default config with its short-document tiles on (the GPU default leaves them off at head size 64)."""
+    cfg = default_config(head_dim, torch.device(DEVICE))
+    return cfg if cfg.short_span else with_short_tiles(cfg, head_dim)
+
+
 # (batch, heads, kv_heads, seq, head_dim, long document, config changes)
 SHORT_CASES = [
     (2, 2, 1, 120, 16, 50, {}),  # long and short tiles in one row
@@ -182,7 +189,7 @@ SHORT_CASES = [
 @pytest.mark.parametrize("case", SHORT_CASES, ids=lambda c: "-".join(map(str, c[:6])))
 def test_short_document_tiles_match_reference(case, dtype):
     batch, heads, kv_heads, seq, head_dim, long, changes = case
-    cfg = dataclasses.replace(default_config(head_dim, torch.device(DEVICE)), **changes)
+    cfg = dataclasses.replace(_short_config(head_dim), **changes)
     doc_ids = _short_and_long_doc_ids(batch, seq, long)
     spans = _tile_spans(doc_ids, cfg.fwd_block_m)
     assert (spans <= cfg.short_span).any(), "no tile takes the short launch"
@@ -193,7 +200,7 @@ def test_short_document_tiles_match_reference(case, dtype):
 
 
 def test_short_document_tiles_non_causal():
-    cfg = default_config(32, torch.device(DEVICE))
+    cfg = _short_config(32)
     seq = 70 if not CUDA else 1100
     doc_ids = _short_and_long_doc_ids(1, seq, seq // 2)
     dtype = torch.float32 if not CUDA else torch.bfloat16
@@ -205,7 +212,7 @@ def test_short_tiles_equal_the_single_launch():
     """The same documents with the short launch off: only the tile shapes differ, so the results agree to rounding."""
     batch, heads, seq, head_dim = (2, 2, 90, 16) if not CUDA else (2, 8, 2048, 64)
     dtype = torch.float32 if not CUDA else torch.bfloat16
-    cfg = default_config(head_dim, torch.device(DEVICE))
+    cfg = _short_config(head_dim)
     doc_ids = _short_and_long_doc_ids(batch, seq, seq // 3).to(DEVICE)
     q, k, v = _inputs(batch, heads, heads, seq, head_dim, dtype)
     grad_out = torch.randn(batch, heads, seq, head_dim, device=DEVICE, dtype=dtype)
@@ -219,7 +226,7 @@ def test_short_tiles_equal_the_single_launch():
 
 @pytest.mark.parametrize("changes", [dict(short_block=24), dict(short_block=128), dict(short_step=0)])
 def test_short_blocks_must_split_the_tiles(changes):
-    cfg = dataclasses.replace(default_config(16, torch.device(DEVICE)), **changes)
+    cfg = dataclasses.replace(_short_config(16), **changes)
     with pytest.raises(KernelInputError, match="short_block"):
         flash_attention(*_qkv(), torch.zeros(1, 16, dtype=torch.int64, device=DEVICE), config=cfg)
 
