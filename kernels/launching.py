@@ -68,4 +68,3 @@ class Launcher:
         built.run(grid[0], grid[1], grid[2], stream, built.function, built.packed_metadata,
                   built.launch_metadata(grid, stream, *values), hooks.launch_enter_hook, hooks.launch_exit_hook,
                   *values)
-

@@ -356,9 +356,9 @@ def test_triton_embedding_is_one_opaque_op_in_the_compiled_graph(aot_graph_recor
     pytest.importorskip("proxycomp.kernels.embedding")
     _, model = _torch_and_triton_embedding(attn_backend="triton")
     ids = torch.randint(0, ODD["vocab_size"], (2, 37))
-    compiled = torch.compile(model, backend=aot_graph_recorder, fullgraph=True)(ids)
-    torch.testing.assert_close(compiled, model(ids))
-    compiled.sum().backward()
+    logits = torch.compile(model, backend=aot_graph_recorder, fullgraph=True)(ids)
+    torch.testing.assert_close(logits, model(ids))
+    logits.sum().backward()
     forward_ops, backward_ops = aot_graph_recorder.call_targets()
     assert forward_ops.count("proxycomp.embedding_rmsnorm_fwd.default") == 1
     assert forward_ops.count("proxycomp.flash_attn_fwd.default") == ODD["n_layers"]
