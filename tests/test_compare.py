@@ -372,8 +372,14 @@ def test_seeds_are_reported_with_paired_and_welch_intervals(tmp_path):
     transfer = found["raw_subset - proxy_spm (transfer)"]
     assert transfer["paired"] and transfer["verdict"] == "inside the noise"
     assert transfer["val_bpb"] == pytest.approx(0.02 / 3)
+    assert transfer["per_seed"] == pytest.approx({"0": 0.01, "1": -0.01, "2": 0.02})
     assert "| raw_subset - proxy_spm (transfer) | +0.0067 | +0.0067 | [" in table
-    assert "paired | 3 | inside the noise" in table
+    assert "paired | 3 | 0: +0.010, 1: -0.010, 2: +0.020 | inside the noise" in table
+    # both twins of proxy_spm share its seeds' streams, so they pair with each other too
+    reading = found["raw_subset - proxy_spm_masked (reading spm)"]
+    assert reading["paired"] and reading["per_seed"] == pytest.approx({"0": -0.35, "1": -0.35, "2": -0.34})
+    assert reading["verdict"] == "outside the noise"
+    assert "per_seed" not in found["proxy_spm - byte (main claim)"]  # Welch: different streams, nothing to pair
     assert parse_seeds("0,1") == [0, 1]
     for bad in ("0,x", "1,1", ","):
         with pytest.raises(CompareError, match="--seeds"):

@@ -10,11 +10,13 @@ from proxycomp.compare.stats import LEVEL, paired_interval, verdict, welch_inter
 
 # (label, arm a, arm b, what a negative a - b means). Transfer and the masked twins answer different questions:
 # raw_subset - proxy_spm is what the spm segments (read and predicted) gave raw bytes at the same raw symbols, steps
-# and schedule; a masked twin - its proxy arm is what predicting the view gave beyond reading it.
+# and schedule; a masked twin - its proxy arm is what predicting the view gave beyond reading it; raw_subset - the
+# masked twin is what reading the segments gave, with neither predicting them.
 CONTRASTS = (
     ("proxy_spm - byte (main claim)", "proxy_spm", "byte", "the proxy beats bytes"),
     ("raw_subset - proxy_spm (transfer)", "raw_subset", "proxy_spm", "the spm segments cost raw bytes"),
     ("proxy_spm_masked - proxy_spm (predicting spm)", "proxy_spm_masked", "proxy_spm", "predicting spm costs"),
+    ("raw_subset - proxy_spm_masked (reading spm)", "raw_subset", "proxy_spm_masked", "reading spm costs"),
     ("proxy_zstd_masked - proxy_zstd (predicting zstd)", "proxy_zstd_masked", "proxy_zstd", "predicting zstd costs"),
     ("proxy_zstd - byte", "proxy_zstd", "byte", "zstd transfers"),
     ("proxy_brotli - byte", "proxy_brotli", "byte", "brotli transfers"),
@@ -46,14 +48,16 @@ def summary(runs: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def paired(a: str, b: str) -> bool:
-    """Whether two arms share each training seed's initialization and stream (one is the other's twin)."""
-    return ARMS[a].twin_of == b or ARMS[b].twin_of == a
+    """Whether two arms share each training seed's initialization and stream (one is the other's twin, or both are
+    twins of one arm)."""
+    twin_a, twin_b = ARMS[a].twin_of, ARMS[b].twin_of
+    return twin_a == b or twin_b == a or (twin_a is not None and twin_a == twin_b)
 
 
 def contrasts(arms: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Differences of final val bpb between arm pairs that both finished: the difference of means, the raw-ids one
-    where both have it, and a t interval over training seeds (paired seed by seed for twins, Welch's otherwise) with
-    its verdict."""
+    where both have it, and a t interval over training seeds (paired seed by seed for twins, with the per-seed
+    differences; Welch's otherwise) with its verdict."""
     out = {}
     for label, a, b, _ in CONTRASTS:
         x, y = _done(arms.get(a, {})), _done(arms.get(b, {}))
@@ -65,6 +69,8 @@ def contrasts(arms: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str,
         interval = paired_interval(*values) if pair else welch_interval(*(list(v.values()) for v in values))
         out[label] = {"val_bpb": sx["val_bpb"] - sy["val_bpb"], "paired": pair, "interval": interval,
                       "verdict": verdict(interval)}
+        if pair:
+            out[label]["per_seed"] = {s: values[0][s] - values[1][s] for s in values[0] if s in values[1]}
         if "val_bpb_raw_ids" in sx and "val_bpb_raw_ids" in sy:
             out[label]["val_bpb_raw_ids"] = sx["val_bpb_raw_ids"] - sy["val_bpb_raw_ids"]
     return out
@@ -117,13 +123,14 @@ def markdown(results: dict[str, Any], title: str) -> str:
     if diffs:
         lines += ["",
                   f"| contrast (mean val bpb) | value | raw ids | {LEVEL:.0%} interval over seeds | seeds | "
-                  "reads as | a negative value means |",
-                  "|---|---:|---:|---|---:|---|---|"]
+                  "per seed (paired) | reads as | a negative value means |",
+                  "|---|---:|---:|---|---:|---|---|---|"]
         meaning = {label: text for label, _, _, text in CONTRASTS}
         for label, d in diffs.items():
             ci = d["interval"]
             lines.append(f"| {label} | {d['val_bpb']:+.4f} | {_num(d.get('val_bpb_raw_ids'), '+.4f')} | "
-                         f"{_span(d)} | {ci['seeds'] if ci else ''} | {d['verdict']} | {meaning[label]} |")
+                         f"{_span(d)} | {ci['seeds'] if ci else ''} | {_per_seed(d)} | {d['verdict']} | "
+                         f"{meaning[label]} |")
     comp = results.get("compressors")
     if comp:
         lines += [
@@ -226,6 +233,10 @@ def _save(fig, path: Path) -> None:
 def _span(d: dict[str, Any]) -> str:
     ci = d["interval"]
     return f"[{ci['low']:+.4f}, {ci['high']:+.4f}] {'paired' if d['paired'] else 'Welch'}" if ci else ""
+
+
+def _per_seed(d: dict[str, Any]) -> str:
+    return ", ".join(f"{seed}: {diff:+.3f}" for seed, diff in d.get("per_seed", {}).items())
 
 
 def _train_split(arms: dict[str, dict[str, dict[str, Any]]]) -> str:
