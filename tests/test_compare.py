@@ -379,6 +379,7 @@ def test_seeds_are_reported_with_paired_and_welch_intervals(tmp_path):
     reading = found["raw_subset - proxy_spm_masked (reading spm)"]
     assert reading["paired"] and reading["per_seed"] == pytest.approx({"0": -0.35, "1": -0.35, "2": -0.34})
     assert reading["verdict"] == "outside the noise"
+    assert "1: +0.340, 2: +0.360 | outside the noise: predicting spm helps | predicting spm costs |" in table
     assert "per_seed" not in found["proxy_spm - byte (main claim)"]  # Welch: different streams, nothing to pair
     assert parse_seeds("0,1") == [0, 1]
     for bad in ("0,x", "1,1", ","):
@@ -408,7 +409,7 @@ def test_contrasts_across_comparisons_side_by_side(tmp_path, capsys):
     header, _, main, transfer = table.splitlines()
     assert "| tiny, 4e+05 symbols (" in header and "| small, 2e+06 symbols (0.4 per parameter) |" in header
     assert main.startswith("| proxy_spm - byte (main claim) | +0.5100 [")
-    assert "Welch, outside the noise | +0.2100" in main
+    assert "Welch, outside the noise: bytes beat the proxy | +0.2100" in main
     assert transfer.count("paired, inside the noise") == 2
     assert (tmp_path / "sizes" / "gap_vs_size.png").read_bytes()[:4] == b"\x89PNG"
     assert proxycomp(["compare", "--across", str(tmp_path / "none"), "--out", str(tmp_path / "x")]) == 2

@@ -8,21 +8,25 @@ from typing import Any
 from proxycomp.compare.arms import ARMS, SIZE_LR
 from proxycomp.compare.stats import LEVEL, paired_interval, verdict, welch_interval
 
-# (label, arm a, arm b, what a negative a - b means). Transfer and the masked twins answer different questions:
-# raw_subset - proxy_spm is what the spm segments (read and predicted) gave raw bytes at the same raw symbols, steps
-# and schedule; a masked twin - its proxy arm is what predicting the view gave beyond reading it; raw_subset - the
-# masked twin is what reading the segments gave, with neither predicting them.
+# (label, arm a, arm b, what a negative a - b means, what a positive one means). Transfer and the masked twins answer
+# different questions: raw_subset - proxy_spm is what the spm segments (read and predicted) gave raw bytes at the same
+# raw symbols, steps and schedule; a masked twin - its proxy arm is what predicting the view gave beyond reading it;
+# raw_subset - the masked twin is what reading the segments gave, with neither predicting them.
 CONTRASTS = (
-    ("proxy_spm - byte (main claim)", "proxy_spm", "byte", "the proxy beats bytes"),
-    ("raw_subset - proxy_spm (transfer)", "raw_subset", "proxy_spm", "the spm segments cost raw bytes"),
-    ("proxy_spm_masked - proxy_spm (predicting spm)", "proxy_spm_masked", "proxy_spm", "predicting spm costs"),
-    ("raw_subset - proxy_spm_masked (reading spm)", "raw_subset", "proxy_spm_masked", "reading spm costs"),
-    ("proxy_zstd_masked - proxy_zstd (predicting zstd)", "proxy_zstd_masked", "proxy_zstd", "predicting zstd costs"),
-    ("proxy_zstd - byte", "proxy_zstd", "byte", "zstd transfers"),
-    ("proxy_brotli - byte", "proxy_brotli", "byte", "brotli transfers"),
-    ("proxy_zstd - proxy_spm", "proxy_zstd", "proxy_spm", "zstd beats spm"),
-    ("bpe - byte", "bpe", "byte", "tokens beat bytes"),
-    ("proxy_spm - bpe", "proxy_spm", "bpe", "the proxy beats tokens"),
+    ("proxy_spm - byte (main claim)", "proxy_spm", "byte", "the proxy beats bytes", "bytes beat the proxy"),
+    ("raw_subset - proxy_spm (transfer)", "raw_subset", "proxy_spm", "the spm segments cost raw bytes",
+     "the spm segments help raw bytes"),
+    ("proxy_spm_masked - proxy_spm (predicting spm)", "proxy_spm_masked", "proxy_spm", "predicting spm costs",
+     "predicting spm helps"),
+    ("raw_subset - proxy_spm_masked (reading spm)", "raw_subset", "proxy_spm_masked", "reading spm costs",
+     "reading spm helps"),
+    ("proxy_zstd_masked - proxy_zstd (predicting zstd)", "proxy_zstd_masked", "proxy_zstd", "predicting zstd costs",
+     "predicting zstd helps"),
+    ("proxy_zstd - byte", "proxy_zstd", "byte", "the zstd proxy beats bytes", "bytes beat the zstd proxy"),
+    ("proxy_brotli - byte", "proxy_brotli", "byte", "the brotli proxy beats bytes", "bytes beat the brotli proxy"),
+    ("proxy_zstd - proxy_spm", "proxy_zstd", "proxy_spm", "zstd beats spm", "spm beats zstd"),
+    ("bpe - byte", "bpe", "byte", "tokens beat bytes", "bytes beat tokens"),
+    ("proxy_spm - bpe", "proxy_spm", "bpe", "the proxy beats tokens", "tokens beat the proxy"),
 )
 SCORES = ("val_bpb", "val_bpb_raw_ids", "val_bpb_perturbed")
 
@@ -59,7 +63,7 @@ def contrasts(arms: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str,
     where both have it, and a t interval over training seeds (paired seed by seed for twins, with the per-seed
     differences; Welch's otherwise) with its verdict."""
     out = {}
-    for label, a, b, _ in CONTRASTS:
+    for label, a, b, _, _ in CONTRASTS:
         x, y = _done(arms.get(a, {})), _done(arms.get(b, {}))
         if not x or not y:
             continue
@@ -125,11 +129,11 @@ def markdown(results: dict[str, Any], title: str) -> str:
                   f"| contrast (mean val bpb) | value | raw ids | {LEVEL:.0%} interval over seeds | seeds | "
                   "per seed (paired) | reads as | a negative value means |",
                   "|---|---:|---:|---|---:|---|---|---|"]
-        meaning = {label: text for label, _, _, text in CONTRASTS}
+        meaning = {label: negative for label, _, _, negative, _ in CONTRASTS}
         for label, d in diffs.items():
             ci = d["interval"]
             lines.append(f"| {label} | {d['val_bpb']:+.4f} | {_num(d.get('val_bpb_raw_ids'), '+.4f')} | "
-                         f"{_span(d)} | {ci['seeds'] if ci else ''} | {_per_seed(d)} | {d['verdict']} | "
+                         f"{_span(d)} | {ci['seeds'] if ci else ''} | {_per_seed(d)} | {_reading(label, d)} | "
                          f"{meaning[label]} |")
     comp = results.get("compressors")
     if comp:
@@ -172,11 +176,11 @@ def across_markdown(points: list[dict[str, Any]]) -> str:
     """Each contrast at each point (the results of several comparisons, e.g. two model sizes at one ratio): the
     difference of mean val bpb, its interval over seeds and its reading, a column per point."""
     found = [contrasts(results["arms"]) for results in points]
-    labels = [label for label, _, _, _ in CONTRASTS if any(label in f for f in found)]
+    labels = [label for label, *_ in CONTRASTS if any(label in f for f in found)]
     lines = ["| contrast (mean val bpb) | " + " | ".join(point_label(r) for r in points) + " |",
              "|---|" + "---|" * len(points)]
     for label in labels:
-        cells = [f"{f[label]['val_bpb']:+.4f} {_span(f[label])}, {f[label]['verdict']}" if label in f else ""
+        cells = [f"{f[label]['val_bpb']:+.4f} {_span(f[label])}, {_reading(label, f[label])}" if label in f else ""
                  for f in found]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -233,6 +237,14 @@ def _save(fig, path: Path) -> None:
 def _span(d: dict[str, Any]) -> str:
     ci = d["interval"]
     return f"[{ci['low']:+.4f}, {ci['high']:+.4f}] {'paired' if d['paired'] else 'Welch'}" if ci else ""
+
+
+def _reading(label: str, d: dict[str, Any]) -> str:
+    """The verdict, and outside the noise which way the difference goes."""
+    if d["verdict"] != "outside the noise":
+        return d["verdict"]
+    _, _, _, negative, positive = next(c for c in CONTRASTS if c[0] == label)
+    return f"{d['verdict']}: {negative if d['val_bpb'] < 0 else positive}"
 
 
 def _per_seed(d: dict[str, Any]) -> str:
