@@ -28,6 +28,7 @@ CONTRASTS = (
     ("bpe - byte", "bpe", "byte", "tokens beat bytes", "bytes beat tokens"),
     ("proxy_spm - bpe", "proxy_spm", "bpe", "the proxy beats tokens", "tokens beat the proxy"),
 )
+SIGNS = {label: (negative, positive) for label, _, _, negative, positive in CONTRASTS}
 SCORES = ("val_bpb", "val_bpb_raw_ids", "val_bpb_perturbed")
 
 
@@ -129,12 +130,11 @@ def markdown(results: dict[str, Any], title: str) -> str:
                   f"| contrast (mean val bpb) | value | raw ids | {LEVEL:.0%} interval over seeds | seeds | "
                   "per seed (paired) | reads as | a negative value means |",
                   "|---|---:|---:|---|---:|---|---|---|"]
-        meaning = {label: negative for label, _, _, negative, _ in CONTRASTS}
         for label, d in diffs.items():
             ci = d["interval"]
             lines.append(f"| {label} | {d['val_bpb']:+.4f} | {_num(d.get('val_bpb_raw_ids'), '+.4f')} | "
                          f"{_span(d)} | {ci['seeds'] if ci else ''} | {_per_seed(d)} | {_reading(label, d)} | "
-                         f"{meaning[label]} |")
+                         f"{SIGNS[label][0]} |")
     comp = results.get("compressors")
     if comp:
         lines += [
@@ -243,7 +243,7 @@ def _reading(label: str, d: dict[str, Any]) -> str:
     """The verdict, and outside the noise which way the difference goes."""
     if d["verdict"] != "outside the noise":
         return d["verdict"]
-    _, _, _, negative, positive = next(c for c in CONTRASTS if c[0] == label)
+    negative, positive = SIGNS[label]
     return f"{d['verdict']}: {negative if d['val_bpb'] < 0 else positive}"
 
 
