@@ -381,6 +381,12 @@ def test_seeds_are_reported_with_paired_and_welch_intervals(tmp_path):
     assert reading["verdict"] == "outside the noise"
     assert "1: +0.340, 2: +0.360 | outside the noise: predicting spm helps | predicting spm costs |" in table
     assert "per_seed" not in found["proxy_spm - byte (main claim)"]  # Welch: different streams, nothing to pair
+    # a twin that lags its partner is compared over the seeds both finished, not its seed against their mean
+    comparison.results["arms"]["raw_subset"]["2"] = {"status": "running"}
+    comparison.save()
+    lagging = json.loads((tmp_path / "results.json").read_text())["contrasts"]["raw_subset - proxy_spm (transfer)"]
+    assert lagging["val_bpb"] == pytest.approx(0.0) and lagging["per_seed"] == pytest.approx({"0": 0.01, "1": -0.01})
+    assert lagging["interval"]["seeds"] == 2 and lagging["interval"]["mean"] == pytest.approx(lagging["val_bpb"])
     assert parse_seeds("0,1") == [0, 1]
     for bad in ("0,x", "1,1", ","):
         with pytest.raises(CompareError, match="--seeds"):

@@ -62,20 +62,24 @@ def paired(a: str, b: str) -> bool:
 def contrasts(arms: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Differences of final val bpb between arm pairs that both finished: the difference of means, the raw-ids one
     where both have it, and a t interval over training seeds (paired seed by seed for twins, with the per-seed
-    differences; Welch's otherwise) with its verdict."""
+    differences; Welch's otherwise) with its verdict. A paired contrast is taken over the seeds both arms finished,
+    so while one twin lags, its value is the mean of the per-seed differences, not a difference of means over
+    different seeds."""
     out = {}
     for label, a, b, _, _ in CONTRASTS:
         x, y = _done(arms.get(a, {})), _done(arms.get(b, {}))
+        pair = paired(a, b)
+        if pair:
+            x, y = {s: r for s, r in x.items() if s in y}, {s: r for s, r in y.items() if s in x}
         if not x or not y:
             continue
         sx, sy = summary(x), summary(y)
-        pair = paired(a, b)
         values = ({s: r["val_bpb"] for s, r in x.items()}, {s: r["val_bpb"] for s, r in y.items()})
         interval = paired_interval(*values) if pair else welch_interval(*(list(v.values()) for v in values))
         out[label] = {"val_bpb": sx["val_bpb"] - sy["val_bpb"], "paired": pair, "interval": interval,
                       "verdict": verdict(interval)}
         if pair:
-            out[label]["per_seed"] = {s: values[0][s] - values[1][s] for s in values[0] if s in values[1]}
+            out[label]["per_seed"] = {s: values[0][s] - values[1][s] for s in values[0]}
         if "val_bpb_raw_ids" in sx and "val_bpb_raw_ids" in sy:
             out[label]["val_bpb_raw_ids"] = sx["val_bpb_raw_ids"] - sy["val_bpb_raw_ids"]
     return out
