@@ -418,6 +418,10 @@ def test_contrasts_across_comparisons_side_by_side(tmp_path, capsys):
     assert "Welch, outside the noise: bytes beat the proxy | +0.2100" in main
     assert transfer.count("paired, inside the noise") == 2
     assert (tmp_path / "sizes" / "gap_vs_size.png").read_bytes()[:4] == b"\x89PNG"
+    comparison.results["arms"]["raw_subset"] = {"0": comparison.results["arms"]["raw_subset"]["0"]}  # small
+    comparison.save()
+    assert proxycomp(["compare", "--across", ",".join(folders), "--out", str(tmp_path / "sizes")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("| -0.0010, no interval (one seed) |")
     assert proxycomp(["compare", "--across", str(tmp_path / "none"), "--out", str(tmp_path / "x")]) == 2
     (tmp_path / "small" / "results.json").write_text('{"spec": ')
     assert proxycomp(["compare", "--across", ",".join(folders), "--out", str(tmp_path / "x")]) == 2

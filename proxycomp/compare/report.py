@@ -184,8 +184,8 @@ def across_markdown(points: list[dict[str, Any]]) -> str:
     lines = ["| contrast (mean val bpb) | " + " | ".join(point_label(r) for r in points) + " |",
              "|---|" + "---|" * len(points)]
     for label in labels:
-        cells = [f"{f[label]['val_bpb']:+.4f} {_span(f[label])}, {_reading(label, f[label])}" if label in f else ""
-                 for f in found]
+        cells = [", ".join(filter(None, (f"{f[label]['val_bpb']:+.4f} {_span(f[label])}".strip(),
+                                         _reading(label, f[label])))) if label in f else "" for f in found]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
