@@ -288,6 +288,28 @@ def test_results_from_other_settings_are_not_resumed(tmp_path):
         Comparison(CompareSpec(budget=2e9), tmp_path)
 
 
+class OrderedComparison(Comparison):
+    """Records the order of runs instead of training (the order is what is under test)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.order = []
+
+    def run_arm(self, arm, seed):
+        self.order.append((arm.name, seed))
+        return {"status": "done", "plan": self.plan(arm).to_dict(), "val_bpb": 1.0}
+
+
+def test_seeds_run_one_after_another_across_arms(tmp_path):
+    """A call cut short leaves whole seeds of every arm: seed 0 of each arm before any arm's seed 1."""
+    comparison = OrderedComparison(CompareSpec(budget=4e5, match="symbols"), tmp_path)
+    comparison.results["compressors"] = {}  # measured already; no arm here needs the tokenizer
+    done = {"status": "done", "plan": comparison.plan(ARMS["proxy_zstd"]).to_dict(), "val_bpb": 1.0}
+    comparison.results["arms"] = {"proxy_zstd": {"0": done}}
+    comparison.run([ARMS["byte"], ARMS["proxy_zstd"]], seeds=[0, 1, 2])
+    assert comparison.order == [("byte", 0), ("byte", 1), ("proxy_zstd", 1), ("byte", 2), ("proxy_zstd", 2)]
+
+
 @pytest.mark.parametrize("match", ["flops", "symbols"])
 def test_twins_differ_from_their_partner_in_one_setting_only(tmp_path, match):
     """Same data settings (hence batches), steps, learning-rate schedule and initialization (the same views, so the

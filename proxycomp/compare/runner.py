@@ -94,7 +94,9 @@ class Comparison:
 
     # ---- the run ------------------------------------------------------------------------------------------
     def run(self, arms: Sequence[Arm], seeds: Sequence[int] | None = None) -> dict[str, Any]:
-        """Every arm at every training seed (default: the spec's seed), arm by arm."""
+        """Every arm at every training seed (default: the spec's seed), seed by seed: a call cut short by a time
+        limit leaves whole seeds of every arm, which is what the contrasts pair, rather than all seeds of the first
+        arms."""
         seeds = list(seeds or [self.spec.seed])
         if self.spec.cpu_threads and not torch.cuda.is_available():
             torch.set_num_threads(self.spec.cpu_threads)
@@ -104,8 +106,8 @@ class Comparison:
             self.log("measuring compressor ratio and stability")
             self.results["compressors"] = self.compressor_stats()
             self.save()
-        for arm in arms:
-            for seed in seeds:
+        for seed in seeds:
+            for arm in arms:
                 if self.record(arm.name, seed).get("status") == "done":
                     self.log(f"{arm.name} seed {seed}: done, skipped")
                     continue
