@@ -10,7 +10,8 @@ JSON and plot.
 Settings come from CompareSpec's defaults, then the preset (a shipped name or a YAML file of CompareSpec fields),
 then the flags: every field is one (`--corpus.max_documents 300`). Run again with the same --out to resume:
 finished runs (an arm at a seed) are skipped, an interrupted one continues from its last checkpoint in --work_dir.
---arms and --seeds may differ between calls into one --out: the table shows every run made so far.
+--arms and --seeds may differ between calls into one --out: the table shows every run made so far. Runs go seed by
+seed (seed 0 of every arm, then seed 1), so a call cut short leaves whole seeds for the paired contrasts.
 """
 from __future__ import annotations
 
