@@ -461,8 +461,9 @@ SHORT_TILES = {64: dict(short_span=128, short_block=32, short_step=32),
 
 
 def with_short_tiles(cfg: AttentionConfig, head_dim: int) -> AttentionConfig:
-    """`cfg` with the short-document tiles of its head size turned on (a config may ask for them at any size)."""
-    return dataclasses.replace(cfg, **SHORT_TILES[64 if head_dim <= 64 else 128])
+    """`cfg` with short-document tiles on: its own where it has them, else those of its head size (a config may ask
+    for them at any size)."""
+    return cfg if cfg.short_span else dataclasses.replace(cfg, **SHORT_TILES[64 if head_dim <= 64 else 128])
 
 
 def default_config(head_dim: int, device: torch.device) -> AttentionConfig:

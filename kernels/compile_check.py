@@ -44,7 +44,8 @@ def attention_builds(head_dim: int):
     from . import attention as A
 
     default = A.default_config(head_dim, torch.device("cuda"))
-    configs = [default] if default.short_span > 0 else [default, A.with_short_tiles(default, head_dim)]
+    short = A.with_short_tiles(default, head_dim)
+    configs = [default] if short == default else [default, short]
     flags = dict(HEAD_DIM=head_dim, CAUSAL=True, HAS_DOCS=True, SKIP=True, FP32_DOT=False)
     qkv = {**_pointers("bf16", "Q", "K", "V", "O", "DO", "DQ", "DK", "DV"), **_pointers("fp32", "LSE", "DELTA"),
            **_pointers("i32", "DOC_START", "DOC_END"), "qk_scale2": "fp32", "sm_scale": "fp32"}

@@ -10,8 +10,8 @@ import dataclasses
 import pytest
 import torch
 
-from proxycomp.kernels.attention import (KernelInputError, default_config, document_bounds, flash_attention,
-                                         with_short_tiles)
+from proxycomp.kernels.attention import (SHORT_TILES, KernelInputError, default_config, document_bounds,
+                                         flash_attention, with_short_tiles)
 from proxycomp.kernels.reference import attention_reference
 
 CUDA = torch.cuda.is_available()
@@ -169,8 +169,15 @@ def _tile_spans(doc_ids: torch.Tensor, tile: int) -> torch.Tensor:
 
 def _short_config(head_dim):
     """The default config with its short-document tiles on (the GPU default leaves them off at head size 64)."""
-    cfg = default_config(head_dim, torch.device(DEVICE))
-    return cfg if cfg.short_span else with_short_tiles(cfg, head_dim)
+    return with_short_tiles(default_config(head_dim, torch.device(DEVICE)), head_dim)
+
+
+def test_short_tiles_turn_on_once_and_by_head_size():
+    cpu = default_config(64, torch.device("cpu"))
+    assert cpu.short_span and with_short_tiles(cpu, 64) is cpu  # a config's own short tiles are kept
+    for head_dim, size in ((32, 64), (64, 64), (96, 128), (128, 128)):
+        on = with_short_tiles(dataclasses.replace(cpu, short_span=0), head_dim)
+        assert (on.short_span, on.short_block, on.short_step) == tuple(SHORT_TILES[size].values())
 
 
 # (batch, heads, kv_heads, seq, head_dim, long document, config changes)
