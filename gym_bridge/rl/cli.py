@@ -67,11 +67,10 @@ def parse_config(argv: Sequence[str]) -> tuple[RLConfig, RunArgs]:
 def run(config: RLConfig, args: RunArgs) -> int:
     started, out_dir, resume = time.monotonic(), args.out, args.resume
     checkpoint = args.checkpoint()
-    evaluated = config.evaluated_settings()  # what keys the before-RL rows kept beside a warm start
-    tasks, eval_sets = config.load_tasks()
-    sft_tasks, rl_tasks = config.warmstart.split_tasks(tasks)
     base = BaseModel.read(args.ckpt)  # a missing or damaged --ckpt stops here, before OUT holds anything
     context = config.context(base.lm.model.config.max_seq_len)  # so is a context past what it was pretrained at
+    evaluated = config.evaluated_settings()  # what keys the before-RL rows kept beside a warm start
+    tasks = config.load_tasks()
     code = CodeBpb.of_files(config.evaluation.code_files, config.evaluation.code_bytes, base.lm.model, out_dir,
                            keep=resume)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -84,7 +83,6 @@ def run(config: RLConfig, args: RunArgs) -> int:
     def gym(size: str) -> Evaluator:  # one pool serves every problem size
         return Evaluator(pool, dataclasses.replace(config.gym.eval, size=size))
 
-    held_out = HeldOut(eval_sets, gym, config.rollout, config.evaluation, evaluated, out_dir, code)
     train_gym = gym(config.gym.eval.size)
     try:
         warm_dir = None  # the policy is the warm start itself until RL or a resumed checkpoint changes it
@@ -92,14 +90,15 @@ def run(config: RLConfig, args: RunArgs) -> int:
             code.measure("initial (--ckpt)")
             warm = WarmStarter(fabric=fabric, policy=policy, base=base, config=config.warmstart,
                                rollout=config.rollout, out_dir=out_dir, seed=config.seed)
-            warm_dir = warm.start(sft_tasks, train_gym)
+            warm_dir = warm.start(tasks.sft, train_gym)
             code.measure("before RL" if warm_dir is None else "before RL (after SFT)")
+        held_out = HeldOut(tasks.evaluated, gym, config.rollout, config.evaluation, evaluated, out_dir, code)
         rows_before, evaluation_s = held_out.before_rl(policy, warm_dir, resume, keep=not args.warmstart_only)
         if args.warmstart_only:
             print(f"warm start only: {warm.model_path} and its evaluation before RL", flush=True)
             return 0
         trainer = RLTrainer(fabric=fabric, policy=policy, evaluator=train_gym,
-                            tasks=rl_tasks, rollout=config.rollout, algorithm=config.algorithm, out_dir=out_dir,
+                            tasks=tasks.rl, rollout=config.rollout, algorithm=config.algorithm, out_dir=out_dir,
                             tasks_per_step=config.tasks_per_step, seed=config.seed, save_every=config.save_every,
                             hyper_parameters=base.hyper_parameters, spm_model=base.spm_model)
         if resume:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from proxycomp.defaults import default_precision
 from proxycomp.errors import UserError
@@ -93,6 +93,14 @@ class FabricSettings:
         return fabric
 
 
+class RunTasks(NamedTuple):
+    """The tasks of one run: the warm start's, RL's, and the held-out evaluation's sets by name."""
+
+    sft: list[Task]
+    rl: list[Task]
+    evaluated: dict[str, list[Task]]
+
+
 def _default_tasks() -> list[str]:
     return ["relu", "silu"]
 
@@ -170,14 +178,23 @@ class RLConfig:
         """The fields that decide what the held-out evaluation of a given model measures."""
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in _NOT_EVALUATED}
 
-    def load_tasks(self) -> tuple[list[Task], dict[str, list[Task]]]:
-        """The train tasks, and the evaluation sets by name (see `evaluation.EvaluationConfig`)."""
-        evaluation = self.evaluation
+    def load_tasks(self) -> RunTasks:
+        """The train tasks, split between the warm start and RL by `warmstart.sft_tasks`, and the evaluation sets by
+        name (see `evaluation.EvaluationConfig`). Refuses a run without train tasks, or whose split leaves RL none."""
+        evaluation, sft_tasks = self.evaluation, self.warmstart.sft_tasks
         task_set = load_task_set(self.task_set) if self.task_set is not None else None
         train = task_set.split(self.train_split) if task_set is not None else [load_task(name) for name in self.tasks]
+        named = [load_task(name) for name in evaluation.tasks or ()]
+        shipped = list_tasks() if evaluation.shipped else []
         if not train:  # refused before a warm start and an evaluation run for nothing
             where = f"split {self.train_split!r} of {self.task_set}" if task_set is not None else "tasks"
             raise RLConfigError(f"no train tasks in {where}: RL needs at least one")
+        sft, rl = train, train  # apart only with sft_tasks and a warm start to keep them from
+        if sft_tasks is not None and self.warmstart.steps > 0:
+            if len(train) <= sft_tasks:
+                raise RLConfigError(f"warmstart.sft_tasks={sft_tasks} takes all {len(train)} train tasks; RL needs "
+                                    "some outside the warm start's")
+            sft, rl = train[:sft_tasks], train[sft_tasks:]
         sets = {}
         buckets = read_buckets(task_set.root) if task_set is not None else {}
         for split in evaluation.splits:
@@ -188,10 +205,10 @@ class RLConfig:
                 name = split if len(groups) == 1 else f"{split}:{bucket.removeprefix(split + '_')}"
                 sets[name] = draw_evaluated(tasks, evaluation.max_tasks, evaluation.seed)
         if evaluation.tasks:
-            sets["tasks"] = [load_task(name) for name in evaluation.tasks]
+            sets["tasks"] = named
         if evaluation.shipped:
-            sets["shipped"] = list_tasks()
-        return train, sets or {"train": train}
+            sets["shipped"] = shipped
+        return RunTasks(list(sft), list(rl), sets or {"train": list(train)})
 
 
 @dataclass

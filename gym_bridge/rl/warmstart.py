@@ -139,16 +139,6 @@ class WarmStartConfig:
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise RLConfigError(f"warmstart.{name}: must be in [0, 1], got {getattr(self, name)}")
 
-    def split_tasks(self, tasks: Sequence[Task]) -> tuple[list[Task], list[Task]]:
-        """(the warm start's tasks, RL's tasks): apart with `sft_tasks` (and a warm start to keep them from), else
-        the same. Refuses a split that leaves RL nothing."""
-        if self.sft_tasks is None or self.steps == 0:
-            return list(tasks), list(tasks)
-        if len(tasks) <= self.sft_tasks:
-            raise RLConfigError(f"warmstart.sft_tasks={self.sft_tasks} takes all {len(tasks)} train tasks; RL needs "
-                                "some outside the warm start's")
-        return list(tasks[:self.sft_tasks]), list(tasks[self.sft_tasks:])
-
 
 def reply_text(code: str) -> str:
     """A reply as the policy should write it: the code in one ```python block."""

@@ -24,7 +24,7 @@ def family_dir(tmp_path_factory):
 def test_a_task_set_gives_the_train_split_and_one_evaluation_set_per_split(family_dir):
     config, _ = parse_config(["--ckpt", "x", "--task_set", str(family_dir), "--evaluation.splits", "[heldout]",
                               "--evaluation.shipped", "true", "--evaluation.max_tasks", "1"])
-    train, sets = config.load_tasks()
+    _, train, sets = config.load_tasks()
     assert len(train) == 6 and all(t.path.parent == family_dir for t in train)
     # the family's held-out split, one set per bucket; max_tasks cuts each of them, not the shipped tasks
     assert list(sets) == ["heldout:op", "heldout:composition", "shipped"]
@@ -32,7 +32,7 @@ def test_a_task_set_gives_the_train_split_and_one_evaluation_set_per_split(famil
     assert [t.name for t in sets["shipped"]] == [t.name for t in list_tasks()]
     assert not {t.name for t in train} & {t.name for t in sets["heldout:op"] + sets["heldout:composition"]}
     plain, _ = parse_config(["--ckpt", "x", "--tasks", "[relu]"])
-    assert {name: [t.name for t in tasks] for name, tasks in plain.load_tasks()[1].items()} == \
+    assert {name: [t.name for t in tasks] for name, tasks in plain.load_tasks().evaluated.items()} == \
         {"train": ["relu"]}
 
 
@@ -59,6 +59,21 @@ def test_a_damaged_family_manifest_is_refused_in_one_line(tmp_path):
         read_buckets(tmp_path / "tasks")
 
 
+def test_sft_tasks_keep_rl_off_the_warm_starts_tasks():
+    five = ["relu", "silu", "gelu_tanh", "cumsum", "conv1d"]
+
+    def split(*flags):
+        config, _ = parse_config(["--ckpt", "x", "--tasks", json.dumps(five), *flags])
+        tasks = config.load_tasks()
+        return [t.name for t in tasks.sft], [t.name for t in tasks.rl]
+
+    assert split("--warmstart.steps", "4", "--warmstart.sft_tasks", "2") == (five[:2], five[2:])
+    assert split("--warmstart.steps", "4") == (five, five)
+    assert split("--warmstart.sft_tasks", "2") == (five, five)  # no warm start to keep them apart from
+    with pytest.raises(RLConfigError, match="takes all 5 train tasks"):
+        split("--warmstart.steps", "4", "--warmstart.sft_tasks", "5")
+
+
 def test_splits_without_a_task_set_are_refused():
     with pytest.raises(RLConfigError, match="evaluation.splits .*needs task_set"):
         parse_config(["--ckpt", "x", "--evaluation.splits", "[heldout]"])
@@ -69,7 +84,7 @@ def test_what_training_cannot_start_from_is_refused_before_anything_runs(family_
     with pytest.raises(RLConfigError, match="tasks_per_step: must be >= 1"):
         parse_config(["--ckpt", "x", "--tasks_per_step", "0"])
     config, _ = parse_config(["--ckpt", "x", "--task_set", str(family_dir), "--train_split", "heldout"])
-    assert config.load_tasks()[0]  # a split of its own
+    assert config.load_tasks().rl  # a split of its own
     empty, _ = parse_config(["--ckpt", "x", "--tasks", "[]"])
     with pytest.raises(RLConfigError, match="no train tasks in tasks"):
         empty.load_tasks()

@@ -203,13 +203,7 @@ def test_a_generated_family_gives_its_own_broken_variants_and_unjudged_solutions
     assert kinds.count("fix") == len(first.broken) and kinds.count("first_turn") == len(train)
 
 
-def test_sft_tasks_keep_rl_off_the_warm_starts_tasks():
-    tasks = list("abcde")  # split_tasks only cuts the list
-    assert WarmStartConfig(steps=4, sft_tasks=2).split_tasks(tasks) == (["a", "b"], ["c", "d", "e"])
-    assert WarmStartConfig(steps=4).split_tasks(tasks) == (tasks, tasks)
-    assert WarmStartConfig(steps=0, sft_tasks=2).split_tasks(tasks) == (tasks, tasks)  # no warm start to keep apart
-    with pytest.raises(RLConfigError, match="takes all 5 train tasks"):
-        WarmStartConfig(steps=4, sft_tasks=5).split_tasks(tasks)
+def test_a_warm_start_refuses_sft_tasks_below_one():  # the split itself: tests/rl/test_rl_task_set.py
     with pytest.raises(RLConfigError, match="sft_tasks: must be >= 1"):
         WarmStartConfig(sft_tasks=0)
 
