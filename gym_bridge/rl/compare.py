@@ -19,8 +19,9 @@
    shipped tasks), correct@turn0, correct@any-turn, fast@1.2 at turn 0 and at the best turn, before and after RL,
    each with a 95% Wilson interval over the set's episodes, the gym's verdict counts (hacks included), every
    difference that matters (each arm after vs before, the arms against each other after RL) as a mean over tasks
-   with its 95% paired-bootstrap interval (the tasks resampled; "inside the noise" when it holds 0), and the
-   per-step training means; OUT/rl_curves.png plots the latter.
+   with its 95% paired-bootstrap interval (the tasks resampled; "inside the noise" when it holds 0), per set and,
+   for a split evaluated bucket by bucket, over the whole split ("heldout (buckets pooled)"), and the per-step
+   training means; OUT/rl_curves.png plots the latter.
 A run that fails leaves its log and makes the exit status non-zero; the others still finish and are summarised.
 With --resume, a run with a checkpoint continues from it (`proxycomp rl --resume`), a finished run (evaluated after
 the steps now asked for) is left alone, and a run killed before its first checkpoint starts again; so a comparison
@@ -112,13 +113,19 @@ def _set_rows(results: dict[str, dict]) -> list[tuple[str, str, dict]]:
 
 
 def _per_task(results: dict[str, dict]) -> dict[tuple[str, str, str, str], dict[str, dict]]:
-    """(estimator, before/after, size, set) -> {task: row} of the per-task rows."""
+    """(estimator, before/after, size, set) -> {task: row} of the per-task rows. A split evaluated bucket by bucket
+    ("heldout:op", "heldout:composition") is also one set as a whole, "heldout (buckets pooled)": the plan's power
+    (docs/rl.md) is that of the whole split; each bucket alone has about half its tasks."""
     per_task: dict[tuple[str, str, str, str], dict[str, dict]] = {}
     for name, result in results.items():
         for when in ("before", "after"):
             for row in result[when]:
                 if row["task"] != "all":
                     per_task.setdefault((name, when, row["size"], row["split"]), {})[row["task"]] = row
+    for (name, when, size, split), rows in list(per_task.items()):
+        if ":" in split:
+            pooled = f"{split.split(':', 1)[0]} (buckets pooled)"
+            per_task.setdefault((name, when, size, pooled), {}).update(rows)
     return per_task
 
 

@@ -113,15 +113,15 @@ def test_a_bad_time_budget_fails_before_any_run(compare_rl, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def _rows(phase, correct_any, tasks=8, episodes=8, **counts):
+def _rows(phase, correct_any, tasks=8, episodes=8, split="heldout", **counts):
     """Per-task rows with correct/any = correct_any[i % len] and the "all" row of their mean."""
     values = [correct_any[i % len(correct_any)] for i in range(tasks)]
 
     def row(task, value, n):
         metrics = {"episodes": n, "correct/turn0": 0.1, "correct/any": value, "fast@1.2/turn0": 0.0,
                    "fast@1.2/best": 0.05, **(counts if task == "all" else {})}
-        return {"phase": phase, "size": "gpu_heldout", "split": "heldout", "task": task, "metrics": metrics}
-    return [row(f"t{i}", v, episodes) for i, v in enumerate(values)] + \
+        return {"phase": phase, "size": "gpu_heldout", "split": split, "task": task, "metrics": metrics}
+    return [row(f"{split}/t{i}", v, episodes) for i, v in enumerate(values)] + \
         [row("all", sum(values) / tasks, episodes * tasks)]
 
 
@@ -156,3 +156,19 @@ def test_differences_pair_tasks_and_leave_out_unpaired_ones(compare_rl):
     lines = compare_rl._differences({"trloo": {"before": before, "after": after, "steps": []}})
     assert lines and all(", 3 tasks: +0.250 [+0.250, +0.250], outside the noise" in line
                          for line in lines if "correct/any" in line)
+
+
+def test_a_split_evaluated_by_bucket_is_also_compared_whole(compare_rl):
+    """The two buckets of a family's held-out split each hold half its tasks; the difference over the whole split,
+    where the planned power lies, pools their tasks (each task weighted by its episodes)."""
+    before = _rows("before", [0.25], tasks=4, split="heldout:op") + \
+        _rows("before", [0.25], tasks=6, split="heldout:composition")
+    after = _rows("after", [0.5], tasks=4, split="heldout:op") + \
+        _rows("after", [0.25], tasks=6, split="heldout:composition")
+    lines = [line for line in compare_rl._differences({"trloo": {"before": before, "after": after, "steps": []}})
+             if "correct/any" in line]
+    assert [line.split(" (gpu_heldout)")[0] for line in lines] == \
+        ["- heldout:op", "- heldout:composition", "- heldout (buckets pooled)"]
+    assert ", 4 tasks: +0.250 [+0.250, +0.250]" in lines[0] and ", 6 tasks: +0.000" in lines[1]
+    assert ", 10 tasks: +0.100 [" in lines[2]  # (4 x 0.25 + 6 x 0) / 10
+
