@@ -17,11 +17,11 @@
    cheap beside RL's);
 4. OUT/summary.md and summary.json hold, per run and evaluated set (e.g. the family's held-out split and the
    shipped tasks), correct@turn0, correct@any-turn, fast@1.2 at turn 0 and at the best turn, before and after RL,
-   each with a 95% Wilson interval over the set's episodes, the gym's verdict counts (hacks included), every
+   each with a 95% Wilson interval over the set's episodes (a split evaluated bucket by bucket also as a whole,
+   "heldout (buckets pooled)"), the gym's verdict counts (hacks included), every
    difference that matters (each arm after vs before, the arms against each other after RL) as a mean over tasks
-   with its 95% paired-bootstrap interval (the tasks resampled; "inside the noise" when it holds 0), per set and,
-   for a split evaluated bucket by bucket, over the whole split ("heldout (buckets pooled)"), and the per-step
-   training means; OUT/rl_curves.png plots the latter.
+   with its 95% paired-bootstrap interval (the tasks resampled; "inside the noise" when it holds 0), per set and
+   whole split, and the per-step training means; OUT/rl_curves.png plots the latter.
 A run that fails leaves its log and makes the exit status non-zero; the others still finish and are summarised.
 With --resume, a run with a checkpoint continues from it (`proxycomp rl --resume`), a finished run (evaluated after
 the steps now asked for) is left alone, and a run killed before its first checkpoint starts again; so a comparison
@@ -106,10 +106,40 @@ def _interval(row: dict, metric: str) -> tuple[float, float, float]:
     return (p, *wilson(round(p * n), n))
 
 
+def _whole(split: str) -> str | None:
+    """The whole split of a set that is one bucket of it ("heldout:op" -> "heldout (buckets pooled)"), else None."""
+    return f"{split.split(':', 1)[0]} (buckets pooled)" if ":" in split else None
+
+
+def _pooled_rows(rows: list[dict]) -> list[dict]:
+    """For each split evaluated bucket by bucket, an "all" row of the whole split from its buckets' "all" rows: the
+    episodes and verdict counts added, the per-episode proportions weighted by episodes."""
+    buckets: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        if _whole(row["split"]):
+            buckets.setdefault((row["size"], _whole(row["split"])), []).append(row)
+    pooled = []
+    for (size, split), parts in buckets.items():
+        episodes = sum(part["metrics"]["episodes"] for part in parts)
+        metrics = {"episodes": episodes, **{m: sum(part["metrics"][m] * part["metrics"]["episodes"] for part in parts)
+                                            / episodes for m in PROPORTIONS}}
+        for part in parts:
+            for key, count in part["metrics"].items():
+                if key.startswith(("verdict/", "hack/")):
+                    metrics[key] = metrics.get(key, 0.0) + count
+        pooled.append({"phase": parts[0]["phase"], "size": size, "split": split, "task": "all", "metrics": metrics})
+    return pooled
+
+
 def _set_rows(results: dict[str, dict]) -> list[tuple[str, str, dict]]:
-    """(estimator, before/after, row) for every evaluated set's "all" row."""
-    return [(name, when, row) for name, result in results.items() for when in ("before", "after")
-            for row in result[when] if row["task"] == "all"]
+    """(estimator, before/after, row) for every evaluated set's "all" row, each split evaluated bucket by bucket
+    followed by its whole (`_pooled_rows`)."""
+    set_rows = []
+    for name, result in results.items():
+        for when in ("before", "after"):
+            rows = [row for row in result[when] if row["task"] == "all"]
+            set_rows += [(name, when, row) for row in rows + _pooled_rows(rows)]
+    return set_rows
 
 
 def _per_task(results: dict[str, dict]) -> dict[tuple[str, str, str, str], dict[str, dict]]:
@@ -123,9 +153,8 @@ def _per_task(results: dict[str, dict]) -> dict[tuple[str, str, str, str], dict[
                 if row["task"] != "all":
                     per_task.setdefault((name, when, row["size"], row["split"]), {})[row["task"]] = row
     for (name, when, size, split), rows in list(per_task.items()):
-        if ":" in split:
-            pooled = f"{split.split(':', 1)[0]} (buckets pooled)"
-            per_task.setdefault((name, when, size, pooled), {}).update(rows)
+        if _whole(split):
+            per_task.setdefault((name, when, size, _whole(split)), {}).update(rows)
     return per_task
 
 

@@ -171,4 +171,11 @@ def test_a_split_evaluated_by_bucket_is_also_compared_whole(compare_rl):
         ["- heldout:op", "- heldout:composition", "- heldout (buckets pooled)"]
     assert ", 4 tasks: +0.250 [+0.250, +0.250]" in lines[0] and ", 6 tasks: +0.000" in lines[1]
     assert ", 10 tasks: +0.100 [" in lines[2]  # (4 x 0.25 + 6 x 0) / 10
+    table = compare_rl.summary_markdown({"trloo": {"before": before, "after": after, "steps": []}}).splitlines()
+    # the Wilson table's row of the whole split: 80 episodes, correct/any (32 x 0.5 + 48 x 0.25) / 80 = 0.35
+    row = "| trloo | after | gpu_heldout | heldout (buckets pooled) | 80 |"
+    whole = [line for line in table if line.startswith(row)]
+    assert len(whole) == 1 and "| 80 | 0.100 [" in whole[0] and "| 0.350 [" in whole[0]
+    assert table.index(whole[0]) == table.index(next(line for line in table if "after | gpu_heldout | heldout:comp"
+                                                     in line)) + 1  # right after its buckets
 
