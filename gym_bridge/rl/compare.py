@@ -116,8 +116,8 @@ def _pooled_rows(rows: list[dict]) -> list[dict]:
     episodes and verdict counts added, the per-episode proportions weighted by episodes."""
     buckets: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
-        if _whole(row["split"]):
-            buckets.setdefault((row["size"], _whole(row["split"])), []).append(row)
+        if whole := _whole(row["split"]):
+            buckets.setdefault((row["size"], whole), []).append(row)
     pooled = []
     for (size, split), parts in buckets.items():
         episodes = sum(part["metrics"]["episodes"] for part in parts)
@@ -153,8 +153,8 @@ def _per_task(results: dict[str, dict]) -> dict[tuple[str, str, str, str], dict[
                 if row["task"] != "all":
                     per_task.setdefault((name, when, row["size"], row["split"]), {})[row["task"]] = row
     for (name, when, size, split), rows in list(per_task.items()):
-        if _whole(split):
-            per_task.setdefault((name, when, size, _whole(split)), {}).update(rows)
+        if whole := _whole(split):
+            per_task.setdefault((name, when, size, whole), {}).update(rows)
     return per_task
 
 
