@@ -184,6 +184,8 @@ class RLConfig:
         evaluation, sft_tasks = self.evaluation, self.warmstart.sft_tasks
         task_set = load_task_set(self.task_set) if self.task_set is not None else None
         train = task_set.split(self.train_split) if task_set is not None else [load_task(name) for name in self.tasks]
+        named = {"tasks": [load_task(name) for name in evaluation.tasks or ()],
+                 "shipped": list_tasks() if evaluation.shipped else []}
         if not train:  # refused before a warm start and an evaluation run for nothing
             where = f"split {self.train_split!r} of {self.task_set}" if task_set is not None else "tasks"
             raise RLConfigError(f"no train tasks in {where}: RL needs at least one")
@@ -202,10 +204,7 @@ class RLConfig:
             for bucket, tasks in groups.items():  # a generated family's held-out buckets are reported apart
                 name = split if len(groups) == 1 else f"{split}:{bucket.removeprefix(split + '_')}"
                 sets[name] = draw_evaluated(tasks, evaluation.max_tasks, evaluation.seed)
-        if evaluation.tasks:
-            sets["tasks"] = [load_task(name) for name in evaluation.tasks]
-        if evaluation.shipped:
-            sets["shipped"] = list_tasks()
+        sets |= {name: tasks for name, tasks in named.items() if tasks}
         return RunTasks(list(sft), list(rl), sets or {"train": list(train)})
 
 

@@ -435,15 +435,15 @@ class RLTrainer:
         """Train up to ``steps``. With a ``deadline`` (time.monotonic), stop before a step that would end past
         it, judged by the longest step this trainer has taken, with a checkpoint: a run cut to a time budget
         resumes cleanly."""
-        history = []
-        while self.step < steps:
-            if deadline is not None and time.monotonic() + self.longest_step_s > deadline:
-                if self.step % self.save_every:
-                    self.save()
-                break
+        def go_on() -> bool:
+            return self.step < steps and (deadline is None or time.monotonic() + self.longest_step_s <= deadline)
+
+        history, going = [], go_on()
+        while going:
             started = time.monotonic()
             history.append(self.train_step())
             self.longest_step_s = max(self.longest_step_s, time.monotonic() - started)
-            if self.step % self.save_every == 0 or self.step == steps:
+            going = go_on()  # decided once a step, so a step that ends the run is the one checkpointed
+            if self.step % self.save_every == 0 or not going:
                 self.save()
         return history
