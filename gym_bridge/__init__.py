@@ -1,6 +1,7 @@
 """Embedded KernelGYM and kernel RL (imported as proxycomp.gym_bridge).
 
-`Evaluator(pool, config).submit([Candidate(...)]) -> [EvalResult]` runs each candidate through code
+`Evaluator.open(config, workers).submit([Candidate(...)]) -> [EvalResult]` (or `Evaluator(pool, config)` over a
+pool of your own) runs each candidate through code
 extraction, static checks, and a judge process that runs the candidate in a fresh, contained process of its own
 (correctness, hacking verdicts, timing checked on the judge's clock, coverage), then the reward. Pools: `LocalPool`
 (processes on this machine) and `RayPool` (Ray actors, one per GPU). docs/gym.md has the threat model.

@@ -16,7 +16,7 @@ from proxycomp.errors import UserError
 
 from .kernelbench import Entry, append_row, load_rows, pair_candidates, row, summary, summary_line, table
 from .config import SIZES, Candidate, EvalConfig
-from .evaluator import Evaluator, open_pool
+from .evaluator import Evaluator
 from .pool import LocalPool
 from .result import EvalResult, mean_stages
 from .tasks import TaskError, list_tasks, load_task, load_task_set
@@ -196,9 +196,8 @@ def _cmd_bench(args, argv: list[str]) -> int:
     started = time.monotonic()
     results = []
     if todo:
-        pool = open_pool(args.workers, args.ray)
-        workers = getattr(pool, "num_workers", 1)
-        with Evaluator(pool, config) as ev:
+        with Evaluator.open(config, args.workers, args.ray) as ev:
+            workers = getattr(ev.pool, "num_workers", 1)
             results = ev.submit([Candidate(task=str(e.task.path), code=e.path.read_text(), id=e.id)
                                  for e in by_id.values()], on_result=finished)
     wall = time.monotonic() - started

@@ -3,6 +3,7 @@ a pool of judges, whose `EvalResult`s (verdict, measurements, reward and reason,
 typed."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -31,6 +32,16 @@ class Evaluator:
         self.pool = open_pool() if pool is None else pool
         self.config = config or EvalConfig()
         self.static_checks = static_checks
+
+    @classmethod
+    def open(cls, config: EvalConfig | None = None, workers: int | None = None,
+             ray_address: str | None = None) -> "Evaluator":
+        """An evaluator over a pool of its own (`open_pool`'s), which `close()` stops."""
+        return cls(open_pool(workers, ray_address), config)
+
+    def at_size(self, size: str) -> "Evaluator":
+        """An evaluator judging at problem size `size` over the same pool (closing either closes the pool)."""
+        return Evaluator(self.pool, dataclasses.replace(self.config, size=size), self.static_checks)
 
     def __enter__(self) -> "Evaluator":
         return self

@@ -23,7 +23,7 @@ from pathlib import Path
 from proxycomp.command import command_parser
 from proxycomp.files import write_atomic
 
-from ..evaluator import Evaluator, open_pool
+from ..evaluator import Evaluator
 from ..policy import ByteLMPolicy
 from ..pool import gpu_turn
 from .code_bpb import CodeBpb
@@ -78,26 +78,21 @@ def run(config: RLConfig, args: RunArgs) -> int:
     fabric = config.fabric.build(config.seed)
     policy = ByteLMPolicy(fabric.setup_module(base.lm.model.train()), max_context=context,
                           decode=config.decode, gpu_turn=gpu_turn(fabric.device))
-    pool = open_pool(config.gym.workers, config.gym.ray_address)
-
-    def gym(size: str) -> Evaluator:  # one pool serves every problem size
-        return Evaluator(pool, dataclasses.replace(config.gym.eval, size=size))
-
-    train_gym = gym(config.gym.eval.size)
+    gym = Evaluator.open(config.gym.eval, config.gym.workers, config.gym.ray_address)
     try:
         warm_dir = None  # the policy is the warm start itself until RL or a resumed checkpoint changes it
         if not resume:
             code.measure("initial (--ckpt)")
             warm = WarmStarter(fabric=fabric, policy=policy, base=base, config=config.warmstart,
                                rollout=config.rollout, out_dir=out_dir, seed=config.seed)
-            warm_dir = warm.start(tasks.sft, train_gym)
+            warm_dir = warm.start(tasks.sft, gym)
             code.measure("before RL" if warm_dir is None else "before RL (after SFT)")
         held_out = HeldOut(tasks.evaluated, gym, config.rollout, config.evaluation, evaluated, out_dir, code)
         rows_before, evaluation_s = held_out.before_rl(policy, warm_dir, resume, keep=not args.warmstart_only)
         if args.warmstart_only:
             print(f"warm start only: {warm.model_path} and its evaluation before RL", flush=True)
             return 0
-        trainer = RLTrainer(fabric=fabric, policy=policy, evaluator=train_gym,
+        trainer = RLTrainer(fabric=fabric, policy=policy, evaluator=gym,
                             tasks=tasks.rl, rollout=config.rollout, algorithm=config.algorithm, out_dir=out_dir,
                             tasks_per_step=config.tasks_per_step, seed=config.seed, save_every=config.save_every,
                             hyper_parameters=base.hyper_parameters, spm_model=base.spm_model)
@@ -117,7 +112,7 @@ def run(config: RLConfig, args: RunArgs) -> int:
                 return 0
         held_out.after_rl(policy, trainer.step, rows_before)
     finally:
-        pool.close()
+        gym.close()
     return 0
 
 

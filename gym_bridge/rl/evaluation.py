@@ -12,7 +12,7 @@ import dataclasses
 import json
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -139,10 +139,11 @@ def format_table(rows: Sequence[EvalRow]) -> str:
 
 class HeldOut:
     """The held-out evaluation of one run: the policy on `sets` at every size of `config.sizes`, judged by
-    `evaluator(size)`, its rows kept in OUT/eval_before.json and OUT/eval_after.json and tabled in OUT/eval.md
-    with the `code` figures. `settings` (what decides what it measures) key the rows kept beside a warm start."""
+    `evaluator` at that size (over its pool), its rows kept in OUT/eval_before.json and OUT/eval_after.json and
+    tabled in OUT/eval.md with the `code` figures. `settings` (what decides what it measures) key the rows kept
+    beside a warm start."""
 
-    def __init__(self, sets: dict[str, Sequence[Task]], evaluator: Callable[[str], Evaluator], rollout: RolloutConfig,
+    def __init__(self, sets: dict[str, Sequence[Task]], evaluator: Evaluator, rollout: RolloutConfig,
                  config: EvaluationConfig, settings: dict, out_dir: Path, code: CodeBpb) -> None:
         self.sets, self.evaluator, self.rollout, self.config = sets, evaluator, rollout, config
         self.settings, self.out_dir, self.code = settings, Path(out_dir), code
@@ -151,7 +152,7 @@ class HeldOut:
         started, rows = time.monotonic(), []
         for size in self.config.sizes:
             rows += [dataclasses.asdict(r) for r in evaluate_policy(
-                policy, self.evaluator(size), size, self.sets, self.rollout, self.config, phase)]
+                policy, self.evaluator.at_size(size), size, self.sets, self.rollout, self.config, phase)]
         print(f"evaluation {phase}: {time.monotonic() - started:.0f} s", flush=True)
         return rows
 
