@@ -1,8 +1,8 @@
-"""Kernel RL in the gym, `proxycomp rl`: its config (config.py), the warm start (warmstart.py), multi-turn rollouts
-that the gym's judge processes score (rollout.py), the trainer (trainer.py), held-out evaluation (evaluation.py) and
-the estimator comparison (compare.py). Exported here are its tensor functions, which run nothing else: reward-to-go,
-advantage estimators (TRLOO, GRPO, RLOO), profiling-based rejection sampling, training/rollout mismatch correction,
-the clipped policy loss, and episode prompts."""
+"""Kernel RL in the gym, `proxycomp rl`: its config (config.py), the warm start (warmstart.py), multi-turn rollouts that
+the gym's judge processes score (rollout.py), what a rollout teaches (algorithm.py), the trainer (trainer.py),
+held-out evaluation (evaluation.py) and the estimator comparison (compare.py). Exported here are its tensor
+functions, which run nothing else: reward-to-go, advantage estimators (TRLOO, GRPO, RLOO), profiling-based rejection
+sampling, training/rollout mismatch correction, the clipped policy loss, and episode prompts."""
 from .advantages import estimator_names, get_estimator, register_estimator
 from .episode import (
     DEFAULT_INSTRUCTIONS,

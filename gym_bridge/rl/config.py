@@ -16,7 +16,7 @@ from ..tasks import Task, list_tasks, load_task, load_task_set
 from ._checks import RLConfigError
 from .evaluation import EvaluationConfig, draw_evaluated
 from .rollout import RolloutConfig
-from .trainer import AlgorithmConfig
+from .algorithm import AlgorithmConfig
 from .warmstart import WarmStartConfig
 
 

@@ -16,7 +16,7 @@ from proxycomp.gym_bridge.rl.mismatch import MismatchConfig
 from proxycomp.gym_bridge.rl.policy_loss import PolicyLossConfig
 from proxycomp.gym_bridge.rl.prs import PRSConfig
 from proxycomp.gym_bridge.rl.rollout import RolloutConfig
-from proxycomp.gym_bridge.rl.trainer import AlgorithmConfig
+from proxycomp.gym_bridge.rl.algorithm import AlgorithmConfig
 from proxycomp.gym_bridge.rl.warmstart import WarmStartConfig
 
 BAD = [

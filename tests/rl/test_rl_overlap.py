@@ -14,7 +14,8 @@ from proxycomp.gym_bridge.policy import ByteLMPolicy
 from proxycomp.gym_bridge.rl.cli import RLConfigError, parse_config
 from proxycomp.gym_bridge.rl.episode import first_prompt
 from proxycomp.gym_bridge.rl.rollout import RolloutConfig, run_episodes
-from proxycomp.gym_bridge.rl.trainer import AlgorithmConfig, RLTrainer
+from proxycomp.gym_bridge.rl.algorithm import AlgorithmConfig
+from proxycomp.gym_bridge.rl.trainer import RLTrainer
 from proxycomp.gym_bridge.rl.warmstart import reply_text
 from proxycomp.gym_bridge.tasks import load_task
 

@@ -17,13 +17,8 @@ from proxycomp.cli import main as proxycomp
 from proxycomp.gym_bridge.rl.cli import RLConfigError, parse_config
 from proxycomp.gym_bridge.rl.episode import rollout_metrics
 from proxycomp.gym_bridge.rl.rollout import RolloutConfig, turn_from_result
-from proxycomp.gym_bridge.rl.trainer import (
-    AlgorithmConfig,
-    MetricsLog,
-    PolicyUpdater,
-    RLTrainer,
-    make_batch,
-)
+from proxycomp.gym_bridge.rl.algorithm import AlgorithmConfig, make_batch
+from proxycomp.gym_bridge.rl.trainer import MetricsLog, PolicyUpdater, RLTrainer
 from proxycomp.gym_bridge.rl.warmstart import reply_text
 from proxycomp.gym_bridge.tasks import load_task
 from proxycomp.lit import ProxyLM

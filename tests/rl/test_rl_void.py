@@ -10,7 +10,8 @@ from lightning.fabric import Fabric
 from proxycomp.gym_bridge.policy import ByteLMPolicy
 from proxycomp.gym_bridge.rl import MismatchConfig, Trajectory, Turn
 from proxycomp.gym_bridge.rl.episode import stack_turns, void_turn_mask
-from proxycomp.gym_bridge.rl.trainer import AlgorithmConfig, MetricsLog, PolicyUpdater, make_batch
+from proxycomp.gym_bridge.rl.algorithm import AlgorithmConfig, make_batch
+from proxycomp.gym_bridge.rl.trainer import MetricsLog, PolicyUpdater
 
 PROMPT = "Write ModelNew.\n"
 LR = 1e-3
