@@ -76,6 +76,14 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tens
     return row_values.sum() / (row_tokens > 0).sum().clamp(min=1)
 
 
+def chunk_share(mask: torch.Tensor, rows: slice, mode: str) -> float:
+    """The share of `aggregate`'s normaliser over `mask` held by `rows`: the losses of a batch's chunks, each weighted
+    by its share, accumulate the gradient of the whole batch's."""
+    if mode == "token-mean":
+        return float(mask[rows].sum()) / max(float(mask.sum()), 1.0)
+    return float(mask[rows].any(dim=1).sum()) / max(float(mask.any(dim=1).sum()), 1.0)
+
+
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of the softmax over the last dim, in nats, computed in fp32 or wider."""
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))

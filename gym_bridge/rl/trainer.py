@@ -40,7 +40,7 @@ from ..tasks import Task
 from .algorithm import AlgorithmConfig, RLBatch, make_batch
 from .episode import Trajectory, rollout_metrics
 from .mismatch import correct_mismatch
-from .policy_loss import policy_loss
+from .policy_loss import chunk_share, policy_loss
 from .rollout import RolloutConfig, run_episodes
 
 METRIC_COLUMNS = (
@@ -69,18 +69,18 @@ class PolicyUpdater:
         return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
     @torch.no_grad()
-    def _score_detached(self, policy: ByteLMPolicy, batch: RLBatch, width: int) -> torch.Tensor:
-        parts = []
+    def _score_detached(self, batch: RLBatch, width: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """π_old's log-probs of the batch and, with a KL term, the reference's, both `width` wide: chunk by chunk as
+        the update scores the batch, so the first update's ratio is 1 where the weights have not moved."""
+        kl = self.config.loss.kl_coef > 0
+        old, ref = [], []
         for s in self._chunks(len(batch)):
-            lp = policy.score(batch.prompts[s], batch.tokens[s], self.temperature).logprobs
-            parts.append(torch.nn.functional.pad(lp, (0, width - lp.shape[1])))
-        return torch.cat(parts).cpu()
-
-    def _chunk_weight(self, mask: torch.Tensor, s: slice) -> float:
-        """Share of the whole batch's normaliser held by a chunk, so accumulated chunks equal one big batch."""
-        if self.config.loss.aggregation == "token-mean":
-            return float(mask[s].sum()) / max(float(mask.sum()), 1.0)
-        return float(mask[s].any(dim=1).sum()) / max(float(mask.any(dim=1).sum()), 1.0)
+            lp = self.policy.score(batch.prompts[s], batch.tokens[s], self.temperature).logprobs
+            old.append(torch.nn.functional.pad(lp, (0, width - lp.shape[1])))
+            if kl:
+                lp = self.reference.score(batch.prompts[s], batch.tokens[s], self.temperature).logprobs
+                ref.append(torch.nn.functional.pad(lp, (0, width - lp.shape[1])))
+        return torch.cat(old).cpu(), torch.cat(ref).cpu() if kl else None
 
     def update(self, batch: RLBatch) -> dict[str, float]:
         self.mismatch_verdicts = {}
@@ -89,7 +89,7 @@ class PolicyUpdater:
         width = batch.logp_rollout.shape[1]
         lengths = torch.tensor([len(t) for t in batch.tokens])
         token_mask = torch.arange(width)[None, :] < lengths[:, None]
-        logp_old = self._score_detached(self.policy, batch, width)
+        logp_old, logp_ref = self._score_detached(batch, width)
         mismatch = correct_mismatch(logp_old, batch.logp_rollout, token_mask, traj_ids=batch.traj_ids,
                                     config=self.config.mismatch)
         stats = {k: float(v) for k, v in mismatch.stats.items()}
@@ -98,13 +98,12 @@ class PolicyUpdater:
         train_mask = mismatch.token_mask
         if not train_mask.any():
             return stats | {"update/skipped": 1.0}
-        logp_ref = self._score_detached(self.reference, batch, width) if self.config.loss.kl_coef > 0 else None
         device = self.fabric.device
         totals: dict[str, float] = {}
         for _ in range(self.config.updates_per_step):
             self.optimizer.zero_grad(set_to_none=True)
             for s in self._chunks(len(batch)):
-                weight = self._chunk_weight(train_mask, s)
+                weight = chunk_share(train_mask, s, self.config.loss.aggregation)
                 if weight == 0.0:
                     continue
                 scored = self.policy.score(batch.prompts[s], batch.tokens[s], self.temperature)

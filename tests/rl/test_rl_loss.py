@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from proxycomp.gym_bridge.rl import AGGREGATIONS, PolicyLossConfig, policy_loss
+from proxycomp.gym_bridge.rl.policy_loss import aggregate, chunk_share
 
 EPS_LOW, EPS_HIGH, DUAL = 0.2, 0.28, 3.0
 
@@ -150,3 +151,18 @@ def test_bad_inputs():
         PolicyLossConfig(dual_clip=0.5)
     with pytest.raises(ValueError, match="PolicyLossConfig.clip_low"):
         PolicyLossConfig(clip_low=1.0)
+
+
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+def test_chunks_weighted_by_their_share_aggregate_to_the_whole_batch(aggregation):
+    """What the update's gradient accumulation relies on: micro-batches of any size, an empty row among them."""
+    g = torch.Generator().manual_seed(7)
+    values = torch.randn(7, 5, generator=g)
+    mask = torch.rand(7, 5, generator=g) < 0.6
+    mask[3] = False  # a row every token of which was rejected
+    whole = aggregate(values, mask, aggregation)
+    for size in (1, 3, 7):
+        chunks = [slice(i, min(i + size, 7)) for i in range(0, 7, size)]
+        assert sum(chunk_share(mask, s, aggregation) for s in chunks) == pytest.approx(1.0)
+        summed = sum(chunk_share(mask, s, aggregation) * aggregate(values[s], mask[s], aggregation) for s in chunks)
+        assert float(summed) == pytest.approx(float(whole), rel=1e-6)
