@@ -12,11 +12,11 @@ from proxycomp.errors import UserError
 
 from ..config import EvalConfig
 from ..family.files import read_buckets
-from ..tasks import Task, list_tasks, load_task, load_task_set
+from ..tasks import Task, draw_tasks, list_tasks, load_task, load_task_set
 from ._checks import RLConfigError
-from .evaluation import EvaluationConfig, draw_evaluated
-from .rollout import RolloutConfig
 from .algorithm import AlgorithmConfig
+from .evaluation import EvaluationConfig
+from .rollout import RolloutConfig
 from .warmstart import WarmStartConfig
 
 
@@ -182,6 +182,7 @@ class RLConfig:
         """The train tasks, split between the warm start and RL by `warmstart.sft_tasks`, and the evaluation sets by
         name (see `evaluation.EvaluationConfig`). Refuses a run without train tasks, or whose split leaves RL none."""
         evaluation, sft_tasks = self.evaluation, self.warmstart.sft_tasks
+        buckets = read_buckets(Path(self.task_set).expanduser().resolve()) if self.task_set is not None else {}
         task_set = load_task_set(self.task_set) if self.task_set is not None else None
         train = task_set.split(self.train_split) if task_set is not None else [load_task(name) for name in self.tasks]
         named = {"tasks": [load_task(name) for name in evaluation.tasks or ()],
@@ -196,14 +197,13 @@ class RLConfig:
                                     "some outside the warm start's")
             sft, rl = train[:sft_tasks], train[sft_tasks:]
         sets = {}
-        buckets = read_buckets(task_set.root) if task_set is not None else {}
         for split in evaluation.splits:
             groups: dict[str, list[Task]] = {}
             for task in task_set.split(split):
                 groups.setdefault(buckets.get(task.name, split), []).append(task)
             for bucket, tasks in groups.items():  # a generated family's held-out buckets are reported apart
                 name = split if len(groups) == 1 else f"{split}:{bucket.removeprefix(split + '_')}"
-                sets[name] = draw_evaluated(tasks, evaluation.max_tasks, evaluation.seed)
+                sets[name] = draw_tasks(tasks, evaluation.max_tasks, evaluation.seed)
         sets |= {name: tasks for name, tasks in named.items() if tasks}
         return RunTasks(list(sft), list(rl), sets or {"train": list(train)})
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -87,20 +86,6 @@ class EvalRow:
     split: str  # the evaluated set: a split of the task set, "tasks", "shipped" or "train"
     task: str  # a task name, or "all"
     metrics: dict[str, float]
-
-
-def draw_evaluated(tasks: Sequence[Task], n: int | None, seed: int) -> list[Task]:
-    """`n` of `tasks` spread over their templates: each category's tasks shuffled by `seed`, then taken in turn, one
-    per category, so a budget cut keeps every template (the tasks in file-name order when n covers them all)."""
-    if n is None or n >= len(tasks):
-        return list(tasks)
-    rng = random.Random(f"evaluated:{seed}")
-    by_category: dict[str, list[Task]] = {}
-    for task in tasks:
-        by_category.setdefault(task.category, []).append(task)
-    queues = [rng.sample(group, len(group)) for _, group in sorted(by_category.items())]
-    drawn = [queue[i] for i in range(max(map(len, queues))) for queue in queues if i < len(queue)][:n]
-    return sorted(drawn, key=lambda task: task.name)
 
 
 def evaluate_policy(

@@ -10,13 +10,16 @@ tasks stays cheap and a broken task cannot run code at listing time.
 A task set is a folder of task files (a KernelBench level folder, or any folder of such files). An optional
 `splits.json` beside them names disjoint splits by task stem, e.g. {"train": [...], "heldout": [...]}: RL trains on
 one split and is evaluated on another. Solutions, where a set has them, sit in a `solutions` folder beside the task
-folder, one `<stem>.py` each (the layout of the shipped tasks and of `proxycomp gym generate`).
+folder, one `<stem>.py` each (the layout of the shipped tasks and of `proxycomp gym generate`). `draw_tasks` takes a
+seeded subset of a split across its categories, for an evaluation on a budget.
 """
 from __future__ import annotations
 
 import ast
 import difflib
 import json
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -179,3 +182,18 @@ def load_task_set(folder: str | Path) -> TaskSet:
                 seen[stem] = name
             splits[name] = tuple(stems)
     return TaskSet(root.resolve(), tasks, splits)
+
+
+def draw_tasks(tasks: Sequence[Task], n: int | None, seed: int) -> list[Task]:
+    """`n` of `tasks` spread over their categories (a generated family's templates): each category's tasks shuffled
+    by `seed`, then taken in turn, one per category, so a budget cut keeps every category (the tasks in file-name
+    order when n covers them all)."""
+    if n is None or n >= len(tasks):
+        return list(tasks)
+    rng = random.Random(f"evaluated:{seed}")
+    by_category: dict[str, list[Task]] = {}
+    for task in tasks:
+        by_category.setdefault(task.category, []).append(task)
+    queues = [rng.sample(group, len(group)) for _, group in sorted(by_category.items())]
+    drawn = [queue[i] for i in range(max(map(len, queues))) for queue in queues if i < len(queue)][:n]
+    return sorted(drawn, key=lambda task: task.name)

@@ -7,9 +7,8 @@ import pytest
 from proxycomp.errors import UserError
 from proxycomp.gym_bridge.family.files import read_buckets, write_family
 from proxycomp.gym_bridge.rl.cli import RLConfigError, main, parse_config
-from proxycomp.gym_bridge.rl.evaluation import draw_evaluated
 from proxycomp.gym_bridge.family.generate import generate_family
-from proxycomp.gym_bridge.tasks import list_tasks
+from proxycomp.gym_bridge.tasks import draw_tasks, list_tasks
 
 RECIPE = Path(__file__).parents[2] / "recipes" / "rl" / "trloo_kernel_cpu.yaml"
 
@@ -43,12 +42,12 @@ def _task(name, category):
 
 def test_a_budget_cut_draws_across_templates_and_is_seeded():
     tasks = [_task(f"g{i:03d}", "gemm" if i < 12 else ("conv1d" if i < 14 else "row_norm")) for i in range(15)]
-    drawn = draw_evaluated(tasks, 6, seed=3)
+    drawn = draw_tasks(tasks, 6, seed=3)
     categories = [t.category for t in drawn]
     assert len(drawn) == 6 and categories.count("conv1d") == 2 and categories.count("row_norm") == 1
-    assert drawn == draw_evaluated(tasks, 6, seed=3) and drawn != draw_evaluated(tasks, 6, seed=4)
+    assert drawn == draw_tasks(tasks, 6, seed=3) and drawn != draw_tasks(tasks, 6, seed=4)
     assert [t.name for t in drawn] == sorted(t.name for t in drawn)
-    assert draw_evaluated(tasks, None, 3) == tasks == draw_evaluated(tasks, 99, 3)
+    assert draw_tasks(tasks, None, 3) == tasks == draw_tasks(tasks, 99, 3)
 
 
 def test_a_damaged_family_manifest_is_refused_in_one_line(tmp_path):
