@@ -188,9 +188,11 @@ def task_variants(task: Task) -> list[Variant]:
             *(Variant(task.name, kind, code, solution) for kind, code in generated.items())]
 
 
-def build_corpus(tasks: Sequence[Task], evaluator: Evaluator, label_tasks: int | None = None) -> list[Variant]:
+def build_corpus(tasks: Sequence[Task], evaluator: Evaluator, path: Path,
+                 label_tasks: int | None = None) -> list[Variant]:
     """Variants of the first ``label_tasks`` tasks (all with None), labelled by the gym in one batch, and the solution
-    alone of every other task.
+    alone of every other task; written to `path` (JSON lines, read back by `load_corpus`), so that a warm start going
+    on later does not label them again.
 
     Correct kinds are kept when the gym finds them correct, broken kinds when it finds them incorrect or
     failing without a hacking verdict. A solution the gym rejects is an error (the corpus would teach wrong code).
@@ -209,11 +211,9 @@ def build_corpus(tasks: Sequence[Task], evaluator: Evaluator, label_tasks: int |
         if result.correct != variant.broken and not result.hacks:
             kept.append(variant)
     solutions = [(task.name, _solution(task)) for task in list(tasks)[len(labelled):]]
-    return kept + [Variant(name, "solution", code, code) for name, code in solutions]
-
-
-def save_corpus(variants: Sequence[Variant], path: Path) -> None:
-    write_atomic(path, "".join(json.dumps(asdict(v)) + "\n" for v in variants))
+    corpus = kept + [Variant(name, "solution", code, code) for name, code in solutions]
+    write_atomic(path, "".join(json.dumps(asdict(v)) + "\n" for v in corpus))
+    return corpus
 
 
 def load_corpus(path: Path) -> list[Variant]:
@@ -374,8 +374,7 @@ class WarmStarter:
         if corpus_path.is_file():
             variants = load_corpus(corpus_path)
         else:
-            variants = build_corpus(tasks, gym, self.config.label_tasks)
-            save_corpus(variants, corpus_path)
+            variants = build_corpus(tasks, gym, corpus_path, self.config.label_tasks)
         examples = corpus_examples(variants, tasks, self.rollout.instructions, self.rollout.prompt_max_bytes)
         longest = max(len(e.reply.encode()) for e in examples)
         if longest >= self.rollout.max_bytes:

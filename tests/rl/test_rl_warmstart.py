@@ -1,3 +1,5 @@
+import shutil
+
 import pytest
 import torch
 
@@ -14,7 +16,6 @@ from proxycomp.gym_bridge.rl.warmstart import (
     load_corpus,
     reply_nll,
     reply_text,
-    save_corpus,
     warm_start,
 )
 from proxycomp.gym_bridge.tasks import load_task
@@ -23,8 +24,20 @@ RELU = load_task("relu")
 
 
 @pytest.fixture(scope="module")
-def relu_corpus(cpu_gym):
-    return build_corpus([RELU], cpu_gym)
+def relu_labelled(cpu_gym, tmp_path_factory):
+    """The relu corpus as the gym labels it, and the file it was written to."""
+    path = tmp_path_factory.mktemp("relu") / "corpus.jsonl"
+    return build_corpus([RELU], cpu_gym, path), path
+
+
+@pytest.fixture(scope="module")
+def relu_corpus(relu_labelled):
+    return relu_labelled[0]
+
+
+@pytest.fixture(scope="module")
+def relu_corpus_file(relu_labelled):
+    return relu_labelled[1]
 
 
 def test_variants_of_the_relu_solution():
@@ -54,10 +67,9 @@ def test_fix_examples_carry_the_broken_code_and_its_feedback(relu_corpus):
     assert sum(e.kind == "first_turn_broken" for e in examples) == len(broken)
 
 
-def test_corpus_round_trip_and_bad_file(relu_corpus, tmp_path):
+def test_corpus_round_trip_and_bad_file(relu_corpus, relu_corpus_file, tmp_path):
+    assert load_corpus(relu_corpus_file) == relu_corpus
     path = tmp_path / "corpus.jsonl"
-    save_corpus(relu_corpus, path)
-    assert load_corpus(path) == relu_corpus
     path.write_text("not json\n")
     with pytest.raises(ValueError, match=r"corpus.jsonl:1: not a corpus record"):
         load_corpus(path)
@@ -93,7 +105,7 @@ def test_task_without_solution_is_an_error(tmp_path, cpu_gym):
     task_file = tmp_path / "mine.py"
     task_file.write_text(RELU.source)
     with pytest.raises(ValueError, match="'mine' has no solution"):
-        build_corpus([load_task(task_file)], cpu_gym)
+        build_corpus([load_task(task_file)], cpu_gym, tmp_path / "corpus.jsonl")
 
 
 def test_broken_kinds_are_named():
@@ -106,7 +118,7 @@ def test_bad_warmstart_config(kwargs):
         WarmStartConfig(**kwargs)
 
 
-def _warm_start(out, steps: int, corpus, hparams) -> None:
+def _warm_start(out, steps: int, corpus_file, hparams) -> None:
     """A warm start of the relu corpus (batches of 2) into `out`, as `proxycomp rl` runs it (state every 2 steps)."""
     from lightning.fabric import Fabric
 
@@ -119,8 +131,9 @@ def _warm_start(out, steps: int, corpus, hparams) -> None:
     config, _ = cli.parse_config(["--ckpt", "x", "--tasks", "[relu]", "--warmstart.steps", str(steps),
                                   "--warmstart.batch_size", "2", "--warmstart.save_every", "2",
                                   "--rollout.prompt_max_bytes", "1600"])
-    if not (out / "warmstart" / "corpus.jsonl").is_file():
-        save_corpus(corpus, out / "warmstart" / "corpus.jsonl")
+    if not (out / "warmstart" / "corpus.jsonl").is_file():  # labelled once, by the fixture
+        (out / "warmstart").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(corpus_file, out / "warmstart" / "corpus.jsonl")
     fabric = Fabric(accelerator="cpu", devices=1, precision="32-true", plugins=[AtomicCheckpointIO()])
     torch.manual_seed(0)
     lm = ProxyLM(**hparams)
@@ -137,13 +150,13 @@ def _same_model(a, b) -> bool:
 
 
 @pytest.fixture(scope="module")
-def straight_warm_start(relu_corpus, tiny_hparams, tmp_path_factory):
+def straight_warm_start(relu_corpus_file, tiny_hparams, tmp_path_factory):
     out = tmp_path_factory.mktemp("straight")
-    _warm_start(out, 4, relu_corpus, tiny_hparams)
+    _warm_start(out, 4, relu_corpus_file, tiny_hparams)
     return out
 
 
-def test_a_killed_warm_start_goes_on_from_its_state(relu_corpus, straight_warm_start, tmp_path, monkeypatch,
+def test_a_killed_warm_start_goes_on_from_its_state(relu_corpus_file, straight_warm_start, tmp_path, monkeypatch,
                                                     tiny_hparams, capsys):
     """Killed after step 3 of 4 (state at step 2), run again: the result equals an uninterrupted run."""
     from proxycomp.gym_bridge.rl import warmstart
@@ -158,15 +171,15 @@ def test_a_killed_warm_start_goes_on_from_its_state(relu_corpus, straight_warm_s
 
     monkeypatch.setattr(warmstart, "reply_nll", killed_after_three)
     with pytest.raises(KeyboardInterrupt):
-        _warm_start(tmp_path, 4, relu_corpus, tiny_hparams)
+        _warm_start(tmp_path, 4, relu_corpus_file, tiny_hparams)
     assert (tmp_path / "warmstart" / warmstart.STATE_FILE).is_file()
     monkeypatch.undo()
-    _warm_start(tmp_path, 4, relu_corpus, tiny_hparams)
+    _warm_start(tmp_path, 4, relu_corpus_file, tiny_hparams)
     assert "warm start: going on from step 2" in capsys.readouterr().out
     assert _same_model(straight_warm_start, tmp_path)
 
 
-def test_a_finished_warm_start_goes_on_to_more_steps_as_one_run(relu_corpus, straight_warm_start, tmp_path,
+def test_a_finished_warm_start_goes_on_to_more_steps_as_one_run(relu_corpus_file, straight_warm_start, tmp_path,
                                                                 tiny_hparams, capsys):
     """The SFT-only control of rl-compare: a 2-step warm start, its model.ckpt taken away, asked for 4 steps, equals
     the 4-step warm start bit for bit (weights, optimizer and batch sampling go on); fewer steps than its state is
@@ -174,15 +187,15 @@ def test_a_finished_warm_start_goes_on_to_more_steps_as_one_run(relu_corpus, str
     from proxycomp.errors import UserError
     from proxycomp.gym_bridge.rl.warmstart import STATE_FILE
 
-    _warm_start(tmp_path, 2, relu_corpus, tiny_hparams)
+    _warm_start(tmp_path, 2, relu_corpus_file, tiny_hparams)
     assert (tmp_path / "warmstart" / STATE_FILE).is_file()  # kept after the last step
     (tmp_path / "warmstart" / "model.ckpt").unlink()
-    _warm_start(tmp_path, 4, relu_corpus, tiny_hparams)
+    _warm_start(tmp_path, 4, relu_corpus_file, tiny_hparams)
     assert "warm start: going on from step 2" in capsys.readouterr().out
     assert _same_model(straight_warm_start, tmp_path)
     (tmp_path / "warmstart" / "model.ckpt").unlink()
     with pytest.raises(UserError, match="after 4 steps, past warmstart.steps=3"):
-        _warm_start(tmp_path, 3, relu_corpus, tiny_hparams)
+        _warm_start(tmp_path, 3, relu_corpus_file, tiny_hparams)
 
 
 def test_a_generated_family_gives_its_own_broken_variants_and_unjudged_solutions(tmp_path, cpu_gym):
@@ -193,7 +206,7 @@ def test_a_generated_family_gives_its_own_broken_variants_and_unjudged_solutions
     family = generate_family(6, seed=1, heldout_fraction=0.2)
     train = load_task_set(write_family(family, tmp_path)["tasks"]).split("train")
     first = next(t for t in family.tasks if t.stem == train[0].name)
-    corpus = build_corpus(train, cpu_gym, label_tasks=1)
+    corpus = build_corpus(train, cpu_gym, tmp_path / "corpus.jsonl", label_tasks=1)
     labelled = [v for v in corpus if v.task == first.stem]
     assert {v.kind for v in labelled} == {"solution", *first.broken}  # every broken variant fails in the gym
     assert all(v.status for v in labelled) and all(v.broken != (v.status == "ok") for v in labelled)
