@@ -191,7 +191,7 @@ def task_variants(task: Task) -> list[Variant]:
 def build_corpus(tasks: Sequence[Task], evaluator: Evaluator, path: Path,
                  label_tasks: int | None = None) -> list[Variant]:
     """Variants of the first ``label_tasks`` tasks (all with None), labelled by the gym in one batch, and the solution
-    alone of every other task; written to `path` (JSON lines, read back by `load_corpus`), so that a warm start going
+    alone of every other task; written to `path` (JSON lines, read back by `load_variants`), so that a warm start going
     on later does not label them again.
 
     Correct kinds are kept when the gym finds them correct, broken kinds when it finds them incorrect or
@@ -216,7 +216,7 @@ def build_corpus(tasks: Sequence[Task], evaluator: Evaluator, path: Path,
     return corpus
 
 
-def load_corpus(path: Path) -> list[Variant]:
+def load_variants(path: Path) -> list[Variant]:
     variants = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         try:
@@ -372,7 +372,7 @@ class WarmStarter:
     def examples(self, tasks: Sequence[Task], gym: Evaluator) -> list[Example]:
         started, corpus_path = time.monotonic(), self.dir / "corpus.jsonl"
         if corpus_path.is_file():
-            variants = load_corpus(corpus_path)
+            variants = load_variants(corpus_path)
         else:
             variants = build_corpus(tasks, gym, corpus_path, self.config.label_tasks)
         examples = corpus_examples(variants, tasks, self.rollout.instructions, self.rollout.prompt_max_bytes)

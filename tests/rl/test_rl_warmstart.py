@@ -13,7 +13,7 @@ from proxycomp.gym_bridge.rl.warmstart import (
     code_variants,
     corpus_examples,
     example_weights,
-    load_corpus,
+    load_variants,
     reply_nll,
     reply_text,
     warm_start,
@@ -68,11 +68,11 @@ def test_fix_examples_carry_the_broken_code_and_its_feedback(relu_corpus):
 
 
 def test_corpus_round_trip_and_bad_file(relu_corpus, relu_corpus_file, tmp_path):
-    assert load_corpus(relu_corpus_file) == relu_corpus
+    assert load_variants(relu_corpus_file) == relu_corpus
     path = tmp_path / "corpus.jsonl"
     path.write_text("not json\n")
     with pytest.raises(ValueError, match=r"corpus.jsonl:1: not a corpus record"):
-        load_corpus(path)
+        load_variants(path)
 
 
 def test_example_weights_give_the_configured_shares():
