@@ -303,11 +303,17 @@ def test_ctrl_c_stops_after_the_step_with_validation_and_a_checkpoint(recipe, ca
             super().on_train_batch_end(trainer, *args)
 
     monkeypatch.setattr(lightning_cli, "StopAtStepBoundary", CtrlCAtStep2)
-    rc, _, err = run(["fit", "--config", str(recipe)], capsys)
+    # A shell starts background jobs with SIGINT ignored; give the run the handler an interactive Python has.
+    started_with = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        rc, _, err = run(["fit", "--config", str(recipe)], capsys)
+        after = signal.getsignal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, started_with)
     assert rc == 130 and "stopped by Ctrl-C at step 2; go on with --ckpt_path last" in err
     folder = Path("runs/proxycomp/version_0")
     assert step_of(folder / "checkpoints" / "last.ckpt") == 2 and len(val_steps(folder)) == 1
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert after is signal.default_int_handler
 
 
 @pytest.mark.slow
