@@ -5,10 +5,16 @@ The sets are a task set's splits (``evaluation.splits``, e.g. the generated fami
 ``evaluation.tasks``, and the shipped tasks (``evaluation.shipped``: a second held-out set); with none of them, the
 train tasks. Run before and after RL on the same sets, sizes and sampling settings, the summaries form the
 before/after table; `rl.compare` adds confidence intervals.
+
+A set is measured in chunks of `evaluation.chunk_tasks` tasks (one chunk: the whole set), each sampled from its own
+seeded generator; every finished chunk's episodes are kept in OUT/eval_progress.json under the key of what is
+measured (phase, settings, the weights rounded to bf16), so an evaluation killed by a device call's time limit goes
+on in the next call where it stopped, and gives the rows an uninterrupted one would.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -25,12 +31,14 @@ from ..policy import Policy
 from ..tasks import Task
 from ._checks import RLConfigError
 from .code_bpb import CodeBpb
-from .episode import rollout_metrics
+from .episode import Trajectory, Turn, rollout_metrics
 from .rollout import RolloutConfig, run_episodes
 
 # Per-episode proportions (what compare gives intervals for), then mean rewards.
 SUMMARY_COLUMNS = ("correct/turn0", "correct/any", "fast@1.2/turn0", "fast@1.2/best", "reward/turn0", "reward/final")
 PER_TASK_ROWS = 8  # the table lists each task of a set only for sets this small (eval_*.json always holds them)
+PROGRESS_FILE = "eval_progress.json"  # in OUT/: the finished chunks of a measurement under way
+RECORDED = ("reward", "status", "correct", "coverage", "hacks", "speedup")  # the turn fields rollout_metrics reads
 
 
 @dataclass
@@ -49,7 +57,9 @@ class EvaluationConfig:
         turns: most turns per episode
         temperature: sampling temperature
         top_p: nucleus sampling mass
-        seed: sampling seed (the same before and after RL)
+        seed: sampling seed (the same before and after RL); chunk i of a set samples from seed + i
+        chunk_tasks: tasks per chunk of a set, the unit an interrupted evaluation goes on from (a chunk's episodes
+            are generated together, so small chunks cost generation time); null: the whole set in one chunk
         code_files: code the policy was not pretrained on, whose bits per byte are reported for --ckpt, before and
             after RL (what tuning costs the language model): a file, a folder's *.py files or a glob; null:
             proxycomp's own core sources
@@ -66,12 +76,15 @@ class EvaluationConfig:
     temperature: float = 1.0
     top_p: float = 0.95
     seed: int = 12345
+    chunk_tasks: int | None = None
     code_files: str | None = None
     code_bytes: int = 65536
 
     def __post_init__(self) -> None:
-        if self.samples_per_task < 1 or self.turns < 1 or (self.max_tasks is not None and self.max_tasks < 1):
-            raise RLConfigError("evaluation.samples_per_task, evaluation.turns and evaluation.max_tasks: must be >= 1")
+        if self.samples_per_task < 1 or self.turns < 1 or any(n is not None and n < 1 for n in (
+                self.max_tasks, self.chunk_tasks)):
+            raise RLConfigError("evaluation.samples_per_task, evaluation.turns, evaluation.max_tasks and "
+                                "evaluation.chunk_tasks: must be >= 1")
         if self.code_bytes < 0:
             raise RLConfigError(f"evaluation.code_bytes: must be >= 0 (0: no report), got {self.code_bytes}")
         unknown = [size for size in self.sizes if size not in SIZES]
@@ -88,21 +101,82 @@ class EvalRow:
     metrics: dict[str, float]
 
 
+def weights_digest(module: torch.nn.Module) -> str:
+    """sha256 of a module's tensors with floating ones rounded to bf16: the same for a model and its copy carried
+    between machines as `proxycomp shards` (bf16 weights), different for any trained change."""
+    digest = hashlib.sha256()
+    for name, tensor in module.state_dict().items():
+        tensor = tensor.detach().cpu().contiguous()
+        if tensor.is_floating_point():
+            tensor = tensor.to(torch.bfloat16).view(torch.int16)
+        digest.update(name.encode())
+        digest.update(tensor.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _record(trajectory: Trajectory) -> dict:
+    return {"task": trajectory.task_id, "turns": [{f: getattr(t, f) for f in RECORDED} for t in trajectory.turns]}
+
+
+def _replay(record: dict) -> Trajectory:
+    return Trajectory(record["task"], "", [Turn("", "", **{**turn, "hacks": tuple(turn["hacks"])})
+                                           for turn in record["turns"]])
+
+
+class Progress:
+    """A measurement's finished chunks (their episodes as the fields the metrics read, and seconds), kept in a JSON
+    file under the key of what is measured: a killed measurement goes on from them; another key, or a damaged file,
+    starts over."""
+
+    def __init__(self, path: Path, key: dict) -> None:
+        self.path, self.key, self.chunks = path, json.loads(json.dumps(key)), {}
+        if path.is_file():
+            try:
+                kept = json.loads(path.read_text())
+                if kept["key"] == self.key:
+                    self.chunks = dict(kept["chunks"])
+            except (ValueError, KeyError, TypeError) as err:
+                print(f"evaluation: {path} is unreadable ({err!r}); measuring from the start", flush=True)
+
+    def get(self, name: str) -> tuple[list[Trajectory], float] | None:
+        chunk = self.chunks.get(name)
+        return None if chunk is None else ([_replay(r) for r in chunk["episodes"]], chunk["seconds"])
+
+    def put(self, name: str, trajectories: Sequence[Trajectory], seconds: float) -> None:
+        self.chunks[name] = {"seconds": seconds, "episodes": [_record(t) for t in trajectories]}
+        write_atomic(self.path, json.dumps({"key": self.key, "chunks": self.chunks}))
+
+
 def evaluate_policy(
     policy: Policy, evaluator: Evaluator, size: str, sets: dict[str, Sequence[Task]], rollout: RolloutConfig,
-    config: EvaluationConfig, phase: str,
-) -> list[EvalRow]:
-    """Per set, one row per task plus an "all" row; sampling is seeded so phases see the same random stream."""
+    config: EvaluationConfig, phase: str, progress: Progress | None = None,
+) -> tuple[list[EvalRow], float]:
+    """Per set, one row per task plus an "all" row, and the seconds measuring took (chunks taken from `progress`
+    count the seconds they took then). Chunk i of every set samples from seed + i, so phases see the same random
+    stream; all samples of a task fall in one chunk."""
     episode_config = replace(rollout, samples_per_task=config.samples_per_task, turns=config.turns,
                              temperature=config.temperature, top_p=config.top_p)
-    rows = []
+    device = next(policy.module.parameters()).device
+    rows, seconds = [], 0.0
     for split, tasks in sets.items():
-        generator = torch.Generator(device=next(policy.module.parameters()).device).manual_seed(config.seed)
-        trajectories = run_episodes(policy, evaluator, tasks, episode_config, generator=generator)
+        trajectories = []
+        width = config.chunk_tasks or max(len(tasks), 1)
+        for index, start in enumerate(range(0, len(tasks), width)):
+            name = f"{size}|{split}|{index}"
+            kept = progress.get(name) if progress is not None else None
+            if kept is None:
+                started = time.monotonic()
+                generator = torch.Generator(device=device).manual_seed(config.seed + index)
+                done = run_episodes(policy, evaluator, tasks[start:start + width], episode_config, generator=generator)
+                kept = done, time.monotonic() - started
+                if progress is not None:
+                    progress.put(name, *kept)
+            trajectories += kept[0]
+            seconds += kept[1]
         rows += [EvalRow(phase, size, split, task.name,
                          rollout_metrics([t for t in trajectories if t.task_id == task.name])) for task in tasks]
         rows.append(EvalRow(phase, size, split, "all", rollout_metrics(trajectories)))
-    return rows
+    return rows, seconds
 
 
 def format_table(rows: Sequence[EvalRow]) -> str:
@@ -133,13 +207,29 @@ class HeldOut:
         self.sets, self.evaluator, self.rollout, self.config = sets, evaluator, rollout, config
         self.settings, self.out_dir, self.code = settings, Path(out_dir), code
 
-    def measure(self, policy: Policy, phase: str) -> list[dict]:
-        started, rows = time.monotonic(), []
+    def measure(self, policy: Policy, phase: str) -> tuple[list[dict], float]:
+        """The rows of `policy` in `phase` and the seconds measuring them took, going on from the chunks that
+        OUT/eval_progress.json keeps for this phase, these settings and these weights; `done` removes that file
+        once the caller has kept the rows."""
+        progress = Progress(self.progress_path, {"phase": phase, "settings": self.settings,
+                                                 "weights": weights_digest(policy.module)})
+        if progress.chunks:
+            print(f"evaluation {phase}: going on after {len(progress.chunks)} chunks measured earlier", flush=True)
+        rows, seconds = [], 0.0
         for size in self.config.sizes:
-            rows += [dataclasses.asdict(r) for r in evaluate_policy(
-                policy, self.evaluator.at_size(size), size, self.sets, self.rollout, self.config, phase)]
-        print(f"evaluation {phase}: {time.monotonic() - started:.0f} s", flush=True)
-        return rows
+            measured, took = evaluate_policy(policy, self.evaluator.at_size(size), size, self.sets, self.rollout,
+                                             self.config, phase, progress)
+            rows += [dataclasses.asdict(r) for r in measured]
+            seconds += took
+        print(f"evaluation {phase}: {seconds:.0f} s", flush=True)
+        return rows, seconds
+
+    @property
+    def progress_path(self) -> Path:
+        return self.out_dir / PROGRESS_FILE
+
+    def done(self) -> None:
+        self.progress_path.unlink(missing_ok=True)
 
     def baseline(self, policy: Policy, warm_dir: Path | None) -> tuple[list[dict], float]:
         """The rows of the policy before RL, and the seconds they took to measure. A warm start's rows are kept
@@ -155,9 +245,7 @@ class HeldOut:
                     return kept["rows"], kept["seconds"]
             except (ValueError, KeyError, TypeError) as err:  # a damaged file is measured again, not trusted
                 print(f"evaluation before RL: {cache} is unreadable ({err!r}); measuring again", flush=True)
-        started = time.monotonic()
-        rows = self.measure(policy, "before RL" if warm_dir is None else "before RL (after SFT)")
-        seconds = time.monotonic() - started
+        rows, seconds = self.measure(policy, "before RL" if warm_dir is None else "before RL (after SFT)")
         if cache is not None:
             write_atomic(cache, json.dumps({"settings": self.settings, "seconds": seconds, "rows": rows}))
         return rows, seconds
@@ -172,17 +260,19 @@ class HeldOut:
         rows, seconds = self.baseline(policy, warm_dir)
         if keep:
             write_atomic(path, json.dumps(rows))
+        self.done()
         return rows, seconds
 
     def after_rl(self, policy: Policy, steps: int, rows_before: list[dict]) -> None:
         """The policy and its code figure after `steps` RL steps; OUT/eval_after.json, and the table of the rows
         before and after RL, then the code figures, in OUT/eval.md and on stdout."""
         phase = f"after {steps} steps"
-        rows = self.measure(policy, phase)
+        rows, _ = self.measure(policy, phase)
         self.code.measure(phase)
         table = format_table([EvalRow(**r) for r in rows_before + rows])
         if self.code.figures:
             table += f"\n\n{self.code.table()}"
         write_atomic(self.out_dir / "eval_after.json", json.dumps(rows))
         write_atomic(self.out_dir / "eval.md", table + "\n")
+        self.done()
         print(table, flush=True)

@@ -400,7 +400,7 @@ def test_a_warm_starts_evaluation_is_reused_only_under_the_same_settings(tmp_pat
 
     def measure(held_out, policy, phase):
         measured.append(held_out.config.samples_per_task)
-        return [{"phase": phase, "samples": held_out.config.samples_per_task}]
+        return [{"phase": phase, "samples": held_out.config.samples_per_task}], 1.0
 
     def baseline(argv, warm_dir=tmp_path):
         config = parse_config(["--ckpt", "x", *argv])[0]
