@@ -169,6 +169,8 @@ def evaluate_policy(
                 generator = torch.Generator(device=device).manual_seed(config.seed + index)
                 done = run_episodes(policy, evaluator, tasks[start:start + width], episode_config, generator=generator)
                 kept = done, time.monotonic() - started
+                print(f"evaluation {phase}: {split} ({size}) chunk {index + 1} of {-(-len(tasks) // width)}, "
+                      f"{len(done)} episodes in {kept[1]:.0f} s", flush=True)
                 if progress is not None:
                     progress.put(name, *kept)
             trajectories += kept[0]
