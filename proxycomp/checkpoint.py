@@ -9,6 +9,7 @@ the optimizer and step). A SentencePiece model travels with them (`spm_model`, o
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,19 @@ def save_lm(path: str | Path, hyper_parameters: dict, model: nn.Module, spm_mode
 def model_weights(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The transformer's own state dict from a checkpoint's `ProxyLM` state dict."""
     return {k.removeprefix(MODEL_PREFIX): v for k, v in checkpoint["state_dict"].items()}
+
+
+def weights_digest(weights: dict[str, torch.Tensor]) -> str:
+    """sha256 of a model's state dict with its floating tensors rounded to bf16: the same for a model and its copy
+    carried between machines as `proxycomp shards` (bf16 weights), different for any trained change."""
+    digest = hashlib.sha256()
+    for name, tensor in weights.items():
+        tensor = tensor.detach().cpu().contiguous()
+        if tensor.is_floating_point():
+            tensor = tensor.to(torch.bfloat16).view(torch.int16)
+        digest.update(name.encode())
+        digest.update(tensor.numpy().tobytes())
+    return digest.hexdigest()
 
 
 def spm_model_of(checkpoint: dict[str, Any]) -> bytes | None:

@@ -14,7 +14,9 @@
    took (their fewest steps x algorithm.updates_per_step) and evaluated like an arm: what RL adds over more
    training on the kernel corpus. Its rows are the summary's `sft_only` "after" phase; its "before" is the warm
    start's. Asked for other steps later (a longer comparison), it is made again from the warm start (SFT steps are
-   cheap beside RL's);
+   cheap beside RL's). Where state.ckpt is not (a machine the warm start was not made on), the whole warm start is
+   made again for all the steps, which equals going on from it, from --ckpt, which must then be the model the warm
+   start was made from (OUT/warmstart/base.json holds its weights' digest);
 4. OUT/summary.md and summary.json hold, per run and evaluated set (e.g. the family's held-out split and the
    shipped tasks), correct@turn0, correct@any-turn, fast@1.2 at turn 0 and at the best turn, before and after RL,
    each with a 95% Wilson interval over the set's episodes (a split evaluated bucket by bucket also as a whole,
@@ -25,12 +27,13 @@
 A run that fails leaves its log and makes the exit status non-zero; the others still finish and are summarised.
 With --resume, a run with a checkpoint continues from it (`proxycomp rl --resume`), a finished run (evaluated after
 the steps now asked for) is left alone, and a run killed before its first checkpoint starts again; so a comparison
-longer than one device call is a chain of calls on a machine that keeps OUT. --max_time_s ends the call in time
-instead of being killed mid-step: a run stops, checkpointed, before a step that would leave no room for its after-RL
-evaluation, and is evaluated after the steps it took (--resume trains it on). In sequence, the first run gets an
-equal share of the time left and its steps set the others' (they are not cut by the clock), so the runs keep an
-equal budget; in parallel each run is cut by the clock alone and the summary says after how many steps each was
-evaluated.
+longer than one device call is a chain of calls on a machine that keeps OUT; where every run left has its
+checkpoint, no warm start is made, so a call on another machine needs only those runs' files (docs/rl.md).
+--max_time_s ends the call in time instead of being killed mid-step: a run stops, checkpointed, before a step that
+would leave no room for its after-RL evaluation, and is evaluated after the steps it took (--resume trains it on).
+In sequence, the first run gets an equal share of the time left and its steps set the others' (they are not cut by
+the clock), so the runs keep an equal budget; in parallel each run is cut by the clock alone and the summary says
+after how many steps each was evaluated.
 """
 from __future__ import annotations
 
@@ -43,17 +46,25 @@ import time
 from pathlib import Path
 
 from proxycomp.command import command_parser
+from proxycomp.errors import UserError
 from proxycomp.files import write_atomic
 
 from .stats import paired_bootstrap, wilson
 
 CONTROL = "sft_only"  # the run folder and summary name of the SFT-only control
 CONTROL_FILE = "control.json"  # in OUT/sft_only/: the steps it was made with, written once it is evaluated
+BASE_FILE = "base.json"  # in OUT/warmstart/: the digest of the --ckpt weights the warm start was made from
 
 STEP_COLUMNS = ("reward/mean", "correct/any", "fast@1.2/best")
 # Per-episode proportions of the held-out evaluation, each with a 95% Wilson score interval.
 PROPORTIONS = ("correct/turn0", "correct/any", "fast@1.2/turn0", "fast@1.2/best")
 MIN_EPISODES = 64  # fewer evaluation episodes per set and arm give intervals too wide to separate estimators
+
+
+def base_digest(ckpt: Path) -> str:
+    from proxycomp.checkpoint import model_weights, read_checkpoint, weights_digest
+
+    return weights_digest(model_weights(read_checkpoint(ckpt)))
 
 
 def rl_command(config: Path, ckpt: Path, out: Path, extra: list[str]) -> list[str]:
@@ -277,26 +288,42 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     warm = args.out / "warmstart"
-    if not (warm / "model.ckpt").is_file():
+    todo = [name for name in estimators if not (args.resume and finished(args.out / name, target_steps))]
+    starting = [name for name in todo
+                if not (args.resume and (args.out / name / "checkpoints" / "last.ckpt").is_file())]
+    if not starting and (warm / "eval_before.json").is_file():
+        # Every run left goes on from its own checkpoint: a call that carried only those (a machine without the
+        # warm start's model, docs/rl.md) needs no warm start.
+        print("warm start: not needed, every run left goes on from its own checkpoint", flush=True)
+    elif not (warm / "model.ckpt").is_file():
+        made = args.out / "warmstart_run" / "warmstart"
+        if not (made / "model.ckpt").is_file():  # made from --ckpt now (a model made before, then killed, is reused)
+            try:
+                base = {"ckpt": str(args.ckpt), "weights": base_digest(args.ckpt)}
+            except UserError:
+                base = None  # the warm start's run says what is wrong with --ckpt
+            if base is not None:
+                made.mkdir(parents=True, exist_ok=True)
+                write_atomic(made / BASE_FILE, json.dumps(base))
         command = rl_command(args.config, args.ckpt, args.out / "warmstart_run", [*extra, "--warmstart_only"])
         if run_logged(command, args.out / "warmstart.log").wait():
             print(f"compare_rl: the warm start failed; see {args.out / 'warmstart.log'}", file=sys.stderr)
             return 1
-        made = args.out / "warmstart_run" / "warmstart"
         shutil.copytree(made, warm, ignore=shutil.ignore_patterns(STATE_FILE), dirs_exist_ok=True)
         if (made / STATE_FILE).is_file():  # its largest file (weights and AdamW moments): moved, not stored twice
             os.replace(made / STATE_FILE, warm / STATE_FILE)
-    print(f"warm start ready ({time.perf_counter() - start:.0f} s): {warm / 'model.ckpt'}", flush=True)
+    if (warm / "model.ckpt").is_file():
+        print(f"warm start ready ({time.perf_counter() - start:.0f} s): {warm / 'model.ckpt'}", flush=True)
 
     runs, failed, steps_cap = {}, [], None
-    todo = [name for name in estimators if not (args.resume and finished(args.out / name, target_steps))]
     for name in estimators:
         out = args.out / name
         if name not in todo:
             print(f"{name}: finished earlier, left alone", flush=True)
             continue
-        shutil.copytree(warm, out / "warmstart", dirs_exist_ok=True, ignore=shutil.ignore_patterns(STATE_FILE))
-        resume = args.resume and (out / "checkpoints" / "last.ckpt").is_file()
+        if name in starting:
+            shutil.copytree(warm, out / "warmstart", dirs_exist_ok=True, ignore=shutil.ignore_patterns(STATE_FILE))
+        resume = name not in starting
         limit = []
         if steps_cap is not None:  # equal budget: as many steps as the first run took, whatever the clock says
             limit = ["--steps", str(steps_cap)]
@@ -333,6 +360,8 @@ def run_control(args, extra: list[str], config, rl_steps: int, deadline: float |
     """The SFT-only control for `rl_steps` RL steps (the module docstring says what it is); False if its run failed.
     Left alone when made for these steps already; skipped when the time left is shorter than the warm start's
     evaluation took (its own is as long)."""
+    from proxycomp.gym_bridge.rl.warmstart import STATE_FILE
+
     folder, warm = args.out / CONTROL, args.out / "warmstart"
     wanted = {"rl_steps": rl_steps, "sft_steps": rl_steps * config.algorithm.updates_per_step,
               "warmstart_steps": config.warmstart.steps}
@@ -343,6 +372,17 @@ def run_control(args, extra: list[str], config, rl_steps: int, deadline: float |
     if deadline is not None and time.perf_counter() + needed > deadline:
         print(f"{CONTROL}: no time left for its evaluation (~{needed:.0f} s); --resume makes it", flush=True)
         return True
+    if not (warm / STATE_FILE).is_file():
+        # Not carried to this machine (docs/rl.md): the control is the warm start made again for all its steps,
+        # which equals going on from its state, and only from the model the warm start was made from.
+        kept = json.loads((warm / BASE_FILE).read_text()) if (warm / BASE_FILE).is_file() else None
+        if kept is None or kept["weights"] != base_digest(args.ckpt):
+            print(f"compare_rl: {warm / STATE_FILE} is not here, so {CONTROL} is made again from --ckpt, which must be "
+                  f"the model the warm start was made from ({kept['ckpt'] if kept else 'not recorded'}); "
+                  f"{args.ckpt} is not", file=sys.stderr)
+            return False
+        print(f"{CONTROL}: {warm / STATE_FILE} is not here; made again from --ckpt for all "
+              f"{wanted['warmstart_steps'] + wanted['sft_steps']} steps", flush=True)
     shutil.rmtree(folder, ignore_errors=True)  # made for other steps, or killed: made again from the warm start
     shutil.copytree(warm, folder / "warmstart", ignore=shutil.ignore_patterns("model.ckpt", "eval_before.json"))
     steps = wanted["warmstart_steps"] + wanted["sft_steps"]

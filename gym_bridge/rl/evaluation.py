@@ -14,7 +14,6 @@ on in the next call where it stopped, and gives the rows an uninterrupted one wo
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from proxycomp.checkpoint import weights_digest
 from proxycomp.files import write_atomic
 
 from ..config import SIZES
@@ -99,19 +99,6 @@ class EvalRow:
     split: str  # the evaluated set: a split of the task set, "tasks", "shipped" or "train"
     task: str  # a task name, or "all"
     metrics: dict[str, float]
-
-
-def weights_digest(module: torch.nn.Module) -> str:
-    """sha256 of a module's tensors with floating ones rounded to bf16: the same for a model and its copy carried
-    between machines as `proxycomp shards` (bf16 weights), different for any trained change."""
-    digest = hashlib.sha256()
-    for name, tensor in module.state_dict().items():
-        tensor = tensor.detach().cpu().contiguous()
-        if tensor.is_floating_point():
-            tensor = tensor.to(torch.bfloat16).view(torch.int16)
-        digest.update(name.encode())
-        digest.update(tensor.numpy().tobytes())
-    return digest.hexdigest()
 
 
 def _record(trajectory: Trajectory) -> dict:
@@ -214,7 +201,7 @@ class HeldOut:
         OUT/eval_progress.json keeps for this phase, these settings and these weights; `done` removes that file
         once the caller has kept the rows."""
         progress = Progress(self.progress_path, {"phase": phase, "settings": self.settings,
-                                                 "weights": weights_digest(policy.module)})
+                                                 "weights": weights_digest(policy.module.state_dict())})
         if progress.chunks:
             print(f"evaluation {phase}: going on after {len(progress.chunks)} chunks measured earlier", flush=True)
         rows, seconds = [], 0.0

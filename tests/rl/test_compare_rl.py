@@ -1,5 +1,6 @@
 """proxycomp.gym_bridge.rl.compare: one warm start shared by one RL run per estimator, then a before/after summary."""
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,25 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
         assert [s["step"] for s in summary[name]["steps"]] == [1, 2]
         assert {r["phase"] for r in summary[name]["after"]} == {"after 2 steps"}
     assert not compare_rl.finished(out / "trloo", 3) and compare_rl.finished(out / "trloo", 2)
+
+    # Another machine, which got the runs' small files and trloo's checkpoint but not the warm start's model or state
+    # (docs/rl.md, the chain across sessions): trloo goes on and no warm start is made.
+    for name in ("model.ckpt", "state.ckpt"):
+        (out / "warmstart" / name).unlink()
+    shutil.rmtree(out / "warmstart_run")
+    (out / "trloo" / "eval_after.json").unlink()
+    steps_2_args = ["--out", str(out), "--resume", "--config", str(RECIPE), "--", *steps_2]
+    assert compare_rl.main(["--ckpt", str(tiny_ckpt), "--estimators", "trloo", *steps_2_args]) == 0
+    assert "warm start: not needed" in capsys.readouterr().out and not (out / "warmstart_run").exists()
+    assert (out / "trloo" / "eval_after.json").is_file()
+    # The SFT-only control for 2 RL steps, without the warm start's state: made again from the model the warm start
+    # was made from, for all its steps (2 + 2 x 2), and refused from any other.
+    other = out / "trloo" / "checkpoints" / "last.ckpt"
+    assert compare_rl.main(["--ckpt", str(other), "--sft_control", *steps_2_args]) == 1
+    assert "must be the model the warm start was made from" in capsys.readouterr().err
+    assert compare_rl.main(["--ckpt", str(tiny_ckpt), "--sft_control", *steps_2_args]) == 0
+    assert "made again from --ckpt for all 6 steps" in capsys.readouterr().out
+    assert json.loads((out / "sft_only" / "control.json").read_text())["sft_steps"] == 4
 
 
 def test_unknown_estimator_fails_before_any_run(compare_rl, tiny_ckpt, tmp_path, capsys):
