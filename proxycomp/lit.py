@@ -23,6 +23,7 @@ import torch
 from proxycomp.config_diff import changed_fields
 from proxycomp.losses import IGNORE_INDEX, LN2, batch_nats, byte_nats
 from proxycomp.model import ModelConfig, ModelConfigError, Transformer, flops_per_symbol
+from proxycomp.progress import ThroughputWindow
 from proxycomp.vocab import RAW_OFFSET, RAW_SIZE, Vocabulary
 
 
@@ -133,7 +134,7 @@ class ProxyLM(L.LightningModule):
         self.flops_per_symbol = flops_per_symbol(arch, arch.max_seq_len)
         # (nats, symbols, raw-byte nats, raw bytes) of the validation epoch so far, on this rank.
         self._val_sums: torch.Tensor | None = None
-        self._last_step_start: float | None = None
+        self._throughput = ThroughputWindow()  # perf/symbols_per_s: over the steps between logged figures
         # Targets per loss group in the batches trained on so far (all ranks), moved to the device by the first step;
         # it travels in the checkpoint. Counted whether or not `loss_targets` trains on them. None: unknown (resumed
         # from a checkpoint that did not count them).
@@ -254,9 +255,8 @@ class ProxyLM(L.LightningModule):
         return last or trainer._logger_connector.should_update_logs
 
     def _log_throughput(self, symbols: int) -> None:
-        now = time.perf_counter()
-        if self._last_step_start is not None and self._logging_step():
-            rate = symbols / (now - self._last_step_start)
+        rate = self._throughput.step(time.perf_counter(), symbols, self._logging_step())
+        if rate is not None:
             # Host tensors: Lightning turns a Python number into a tensor on the module's device by a blocking copy,
             # which waits for the GPU to finish every queued kernel. Once per step, that kept the CPU from queueing
             # ahead and left the H200 idle ~10% of a d768 step (tools/bench_train.py profile, 2026-12-03).
@@ -264,13 +264,12 @@ class ProxyLM(L.LightningModule):
                        "perf/flops_per_symbol": float(self.flops_per_symbol)}
             for name, value in figures.items():
                 self.log(name, torch.tensor(value, dtype=torch.float64))
-        self._last_step_start = now
 
     def on_train_epoch_start(self) -> None:
-        self._last_step_start = None  # validation and epoch ends are not training time
+        self._throughput.reset()  # validation and epoch ends are not training time
 
     def on_validation_start(self) -> None:
-        self._last_step_start = None
+        self._throughput.reset()
 
     def _grad_scaler(self):
         return getattr(self.trainer.precision_plugin, "scaler", None)  # only fp16 mixed precision has one

@@ -86,3 +86,19 @@ def test_lines_for_a_log_file_say_step_rate_time_left_and_loss(capsys):
     for line in rates:  # 8 symbols a step (2 rows of 4)
         assert re.fullmatch(r"step \d/6  loss \d+\.\d{3}  [\d,]+ symbols/s  ETA \d+:\d\d:\d\d", line), line
     assert rates[-1].endswith("ETA 0:00:00")
+
+
+def test_throughput_is_over_the_steps_between_reported_figures():
+    """A step that waits for the device (here the third, 0.5 s) does not make the figure: the window's steps do."""
+    from proxycomp.progress import ThroughputWindow
+
+    window, now, rates = ThroughputWindow(), 0.0, []
+    for interval, report in [(0.1, False), (0.1, False), (0.5, False), (0.1, True), (0.1, False), (0.1, True)]:
+        rates.append(window.step(now, 100, report))
+        now += interval
+    assert rates[:3] == [None] * 3 and rates[4] is None
+    assert rates[3] == pytest.approx(300 / 0.7) and rates[5] == pytest.approx(200 / 0.2)
+    window.reset()  # validation: its time is no step's
+    now += 5.0
+    assert window.step(now, 100, True) is None  # the first step of a window has nothing before it to measure
+    assert window.step(now + 0.1, 100, True) == pytest.approx(1000)
