@@ -92,6 +92,9 @@ def raw_prompt(text: bytes) -> list[int]:
     return [BOS, SENTINELS["raw"][0]] + [b + RAW_OFFSET for b in text]
 
 
+RAW_PROMPT_OPENING = len(raw_prompt(b""))  # symbols a raw-byte prompt takes besides its bytes
+
+
 def raw_reply_ids(vocab_size: int) -> list[int]:
     """The symbols a raw-byte continuation may hold: raw bytes and its two stops (EOS, ``</raw>``).
 

@@ -172,6 +172,7 @@ class RLConfig:
             raise RLConfigError(f"max_context {context} is past the {trained} symbols the --ckpt was pretrained at; "
                                 "pretrain at the RL context, lower max_context (and rollout.prompt_max_bytes + "
                                 "rollout.max_bytes) or set extrapolate_context: true")
+        self.rollout.check_context(context)
         return context
 
     def evaluated_settings(self) -> dict:

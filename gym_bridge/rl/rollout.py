@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from proxycomp.vocab import RAW_PROMPT_OPENING
+
 from ..config import Candidate
 from ..evaluator import Evaluator
 from ..extract import extract_code
@@ -47,7 +49,8 @@ class RolloutConfig:
         turns: turns per trajectory, all played (the reference recipe's MAX_TURN)
         samples_per_task: trajectories per task: the group the advantage baseline is taken over
         max_bytes: most reply bytes per turn
-        prompt_max_bytes: prompts are cut (in the middle of long sections) to this many bytes; null: not cut
+        prompt_max_bytes: most context symbols a prompt takes (its UTF-8 bytes and the two that open a raw-byte
+            prompt): longer prompts are cut in the middle of long sections; null: not cut
         temperature: sampling temperature
         top_p: nucleus sampling mass
         instructions: what the prompt asks for, after the reference code
@@ -58,7 +61,7 @@ class RolloutConfig:
     turns: int = 3
     samples_per_task: int = 8
     max_bytes: int = 2048
-    prompt_max_bytes: int | None = 4096
+    prompt_max_bytes: int | None = 2048  # with max_bytes, a 4096-symbol context
     temperature: float = 1.0
     top_p: float = 1.0
     instructions: str = DEFAULT_INSTRUCTIONS
@@ -71,6 +74,20 @@ class RolloutConfig:
         if self.temperature <= 0 or not 0 < self.top_p <= 1:
             raise RLConfigError(f"rollout: need temperature > 0 and 0 < top_p <= 1, got {self.temperature}, "
                                 f"{self.top_p}")
+        if self.prompt_max_bytes is not None and self.prompt_max_bytes <= RAW_PROMPT_OPENING:
+            raise RLConfigError(f"rollout.prompt_max_bytes: must be > {RAW_PROMPT_OPENING}, "
+                                f"got {self.prompt_max_bytes}")
+
+    @property
+    def prompt_text_bytes(self) -> int | None:
+        """The bytes of text a prompt is cut to, so that it takes at most prompt_max_bytes symbols."""
+        return None if self.prompt_max_bytes is None else self.prompt_max_bytes - RAW_PROMPT_OPENING
+
+    def check_context(self, context: int) -> None:
+        """Refuse prompts and replies that together can outgrow the policy's context, before anything runs."""
+        if self.prompt_max_bytes is not None and self.prompt_max_bytes + self.max_bytes > context:
+            raise RLConfigError(f"rollout.prompt_max_bytes + rollout.max_bytes = {self.prompt_max_bytes} + "
+                                f"{self.max_bytes} is past the context of {context} symbols; lower one of them")
 
 
 def turn_from_result(prompt: str, sample: Sample, result: EvalResult) -> Turn:
@@ -166,10 +183,10 @@ def run_episodes(
         for i in group.members:
             traj = trajectories[i]
             if group.turn == 0:
-                prompts.append(first_prompt(traj.task_source, config.instructions, max_bytes=config.prompt_max_bytes))
+                prompts.append(first_prompt(traj.task_source, config.instructions, max_bytes=config.prompt_text_bytes))
             else:
                 prompts.append(next_prompt(traj, traj.turns[-1].feedback, config.instructions,
-                                           max_bytes=config.prompt_max_bytes))
+                                           max_bytes=config.prompt_text_bytes))
         samples = [replies[0] for replies in policy.generate(
             prompts, 1, config.max_bytes, config.temperature, config.top_p, generator=group.generator)]
         last_code = [trajectories[i].turns[-1].code if group.turn else None for i in group.members]

@@ -230,18 +230,19 @@ def corpus_examples(
     variants: Sequence[Variant],
     tasks: Sequence[Task],
     instructions: str = DEFAULT_INSTRUCTIONS,
-    prompt_max_bytes: int | None = None,
+    prompt_text_bytes: int | None = None,
 ) -> list[Example]:
-    """First-turn examples for every variant and a fix example for every broken one."""
+    """First-turn examples for every variant and a fix example for every broken one, their prompts cut as the
+    rollout cuts them (`RolloutConfig.prompt_text_bytes`)."""
     sources = {task.name: task.source for task in tasks}
     examples = []
     for v in variants:
         source = sources[v.task]
-        opening = first_prompt(source, instructions, max_bytes=prompt_max_bytes)
+        opening = first_prompt(source, instructions, max_bytes=prompt_text_bytes)
         examples.append(Example(opening, reply_text(v.code), "first_turn_broken" if v.broken else "first_turn"))
         if v.broken:
             history = Trajectory(v.task, source, [Turn(opening, reply_text(v.code), code=v.code)])
-            fix_prompt = next_prompt(history, v.feedback, instructions, max_bytes=prompt_max_bytes)
+            fix_prompt = next_prompt(history, v.feedback, instructions, max_bytes=prompt_text_bytes)
             examples.append(Example(fix_prompt, reply_text(v.base), "fix"))
     return examples
 
@@ -375,7 +376,7 @@ class WarmStarter:
             variants = load_variants(corpus_path)
         else:
             variants = build_corpus(tasks, gym, corpus_path, self.config.label_tasks)
-        examples = corpus_examples(variants, tasks, self.rollout.instructions, self.rollout.prompt_max_bytes)
+        examples = corpus_examples(variants, tasks, self.rollout.instructions, self.rollout.prompt_text_bytes)
         longest = max(len(e.reply.encode()) for e in examples)
         if longest >= self.rollout.max_bytes:
             raise UserError(f"rollout.max_bytes={self.rollout.max_bytes} cannot hold the longest warm-start reply "

@@ -47,10 +47,19 @@ def test_parse_config_passes_a_nested_refusal_through_unchanged():
 
 def test_a_context_past_the_pretrained_one_is_refused_unless_told():
     assert RLConfig().context(4096) == 4096  # null: the checkpoint's own
-    assert RLConfig(max_context=2048).context(4096) == 2048
+    fits = RolloutConfig(max_bytes=1024, prompt_max_bytes=1024)
+    assert RLConfig(max_context=2048, rollout=fits).context(4096) == 2048
     with pytest.raises(RLConfigError, match="^max_context 6144 is past the 4096 symbols the --ckpt was pretrained at"):
         RLConfig(max_context=6144).context(4096)
     assert RLConfig(max_context=6144, extrapolate_context=True).context(4096) == 6144
+
+
+def test_prompts_and_replies_past_the_context_are_refused_before_anything_runs():
+    with pytest.raises(RLConfigError, match=r"2049 \+ 2048 is past the context of 4096 symbols"):
+        RLConfig(rollout=RolloutConfig(max_bytes=2048, prompt_max_bytes=2049)).context(4096)
+    assert RLConfig(rollout=RolloutConfig(max_bytes=2048, prompt_max_bytes=None)).context(4096) == 4096  # not cut
+    with pytest.raises(RLConfigError, match="prompt_max_bytes: must be > 2"):
+        RolloutConfig(prompt_max_bytes=2)
 
 
 def test_rl_refuses_the_context_before_the_run_folder_exists(tiny_ckpt, tmp_path, capsys):

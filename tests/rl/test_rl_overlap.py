@@ -119,6 +119,20 @@ def test_overlapped_rollout_equals_the_sequential_one(reference, gym):
           f"({sum(len(t.turns) for t in one_group)} turns, other samples)")
 
 
+def test_cut_prompts_and_replies_fill_the_context_exactly(tiny_policy, cpu_gym, tmp_path):
+    """prompt_max_bytes counts the symbols that open a raw-byte prompt, so prompts cut to it and replies of
+    max_bytes fit a context of their sum (cut to the bytes alone, they overflowed it by two)."""
+    config = RolloutConfig(turns=2, samples_per_task=2, max_bytes=64, prompt_max_bytes=700)
+    policy = PickingPolicy(ByteLMPolicy(tiny_policy.module, max_context=config.prompt_max_bytes + config.max_bytes))
+    # Long lines at both ends of the reference leave the middle cut no line to snap to: it lands on the limit.
+    task_file = tmp_path / "relu_long_lines.py"
+    task_file.write_text(f"# {'x' * 900}\n{RELU.source}\n# {'y' * 900}\n")
+    long_ends = load_task(str(task_file))
+    got = run_episodes(policy, cpu_gym, [long_ends], config, generator=torch.Generator().manual_seed(5))
+    lengths = [len(policy.inner.encode_prompt(t.turns[0].prompt)) for t in got]
+    assert lengths == [config.prompt_max_bytes] * 2 and all(len(t.turns) == 2 for t in got)
+
+
 def test_one_group_samples_from_the_step_generator_as_before(tiny_policy, cpu_gym):
     config = RolloutConfig(turns=1, samples_per_task=3, max_bytes=48, prompt_max_bytes=512)
     got = run_episodes(tiny_policy, cpu_gym, [RELU], config, generator=torch.Generator().manual_seed(3))
