@@ -101,7 +101,8 @@ class WarmStartConfig:
     Args:
         steps: optimizer steps; 0 skips the warm start
         batch_size: examples per step
-        lr: AdamW learning rate
+        lr: AdamW learning rate (a fresh AdamW, no warm-up: far above the rate a policy's pretraining ended at,
+            its first steps wreck the language model, docs/rl.md)
         weight_decay: AdamW weight decay
         grad_clip: gradient norm clip
         label_tasks: train tasks whose variants the gym judges (the first N); the rest give their solution alone;
