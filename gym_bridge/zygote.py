@@ -48,8 +48,15 @@ def _environment(req: dict) -> None:
     tempfile.tempdir = None
 
 
-def _run_judge(req: dict, pool_fd: int, zygote_fd: int) -> None:
+def _run_judge(req: dict, pool_fd: int, zygote_fd: int, zygote_pid: int) -> None:
+    from . import containment
+
     os.setsid()
+    # The zygote exits when its pool closes or dies; a judge waiting on a hung candidate would otherwise outlive a
+    # killed pool for the candidate's whole timeout, and its candidate with it (its monitor kills it when it goes).
+    containment.die_with_parent()
+    if os.getppid() != zygote_pid:  # the zygote was gone before the line above
+        os._exit(1)
     _environment(req)
     from .judge import serve
 
@@ -197,6 +204,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically
     ctrl.sendall(b"ready\n")
     clients: list[socket.socket] = []  # each judge's request socket
+    zygote_pid = os.getpid()
     while True:
         ready, _, _ = select.select([ctrl, *clients], [], [])
         for sock in ready:
@@ -210,7 +218,7 @@ def main(argv: list[str]) -> int:
             req = json.loads(msg)
             if sock is ctrl:  # a judge: its pool socket, and a new request socket to this zygote
                 mine, theirs = socket.socketpair()
-                _fork(lambda r=req, p=fds[0], z=theirs.fileno(): (_keep_only([p, z]), _run_judge(r, p, z)))
+                _fork(lambda r=req, p=fds[0], z=theirs.fileno(): (_keep_only([p, z]), _run_judge(r, p, z, zygote_pid)))
                 theirs.close()
                 clients.append(mine)
             else:  # a candidate for this judge

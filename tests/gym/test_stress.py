@@ -40,8 +40,9 @@ def test_100_candidates_20_percent_hostile_lose_nothing():
     print(f"100 candidates in {elapsed:.1f} s")
 
 
-def _candidate_processes(root: str) -> list[int]:
-    """PIDs of the candidate processes under a pool's folder (each runs in its own candidate-* folder)."""
+def _candidate_processes(root: str, everyone: bool = False) -> list[int]:
+    """PIDs of the candidate processes under a pool's folder (each runs in its own candidate-* folder); with
+    `everyone`, of every process working there (the zygote, judges, monitors and candidates)."""
     import os
 
     pids = []
@@ -50,9 +51,42 @@ def _candidate_processes(root: str) -> list[int]:
             cwd = os.readlink(f"/proc/{entry}/cwd")
         except (OSError, ValueError):
             continue
-        if cwd.startswith(root) and os.path.basename(cwd).startswith("candidate-"):
+        if cwd.startswith(root) and (everyone or os.path.basename(cwd).startswith("candidate-")):
             pids.append(int(entry))
     return pids
+
+
+def test_no_gym_process_outlives_a_killed_pool():
+    """The process that owns a pool killed (a device call's time limit) while a candidate hangs: the zygote exits,
+    the judges die with it, and each monitor kills its candidate, well before the candidate's timeout."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    hang = (HACKS / "m_infinite_loop.py").read_text().replace(
+        "while True:", "print('hanging', flush=True)\n        while True:")
+    script = ("import sys\n"
+              "from proxycomp.gym_bridge import Candidate, EvalConfig, Evaluator, LocalPool\n"
+              "pool = LocalPool(num_workers=1)\n"
+              "print(pool.workdir, flush=True)\n"
+              "Evaluator(pool, EvalConfig(size='cpu', timeout_s=300, correct_trials=1)).submit(\n"
+              f"    [Candidate(task={RELU_TASK!r}, code=sys.stdin.read(), id='hang')])\n")
+    owner = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        owner.stdin.write(hang)
+        owner.stdin.close()
+        root = owner.stdout.readline().strip()
+        deadline = time.monotonic() + 120
+        while not any("hanging" in p.read_text() for p in Path(root).glob("judge*/candidate-*/output.log")):
+            assert time.monotonic() < deadline and owner.poll() is None, "the candidate never started its loop"
+            time.sleep(0.1)
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 20
+    while (left := _candidate_processes(root, everyone=True)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"{len(left)} gym processes outlived their pool"
 
 
 def test_the_next_candidate_process_starts_ahead_and_a_dead_or_mismatched_one_costs_nothing():
