@@ -38,6 +38,7 @@ from .rollout import RolloutConfig, run_episodes
 SUMMARY_COLUMNS = ("correct/turn0", "correct/any", "fast@1.2/turn0", "fast@1.2/best", "reward/turn0", "reward/final")
 PER_TASK_ROWS = 8  # the table lists each task of a set only for sets this small (eval_*.json always holds them)
 PROGRESS_FILE = "eval_progress.json"  # in OUT/: the finished chunks of a measurement under way
+REPLIES_FILE = "eval_replies.json"  # in OUT/: what the policy wrote, a few episodes per set and phase
 RECORDED = ("reward", "status", "correct", "coverage", "hacks", "speedup")  # the turn fields rollout_metrics reads
 
 
@@ -64,6 +65,8 @@ class EvaluationConfig:
             after RL (what tuning costs the language model): a file, a folder's *.py files or a glob; null:
             proxycomp's own core sources
         code_bytes: score the first whole files of code_files up to this many bytes; 0: no such report
+        replies: the first episode of each set's first N tasks, turn by turn (verdict, reply, the gym's feedback),
+            kept in OUT/eval_replies.json by phase: what the policy writes, which the proportions cannot show
     """
 
     tasks: list[str] | None = None
@@ -79,12 +82,15 @@ class EvaluationConfig:
     chunk_tasks: int | None = None
     code_files: str | None = None
     code_bytes: int = 65536
+    replies: int = 2
 
     def __post_init__(self) -> None:
         if self.samples_per_task < 1 or self.turns < 1 or any(n is not None and n < 1 for n in (
                 self.max_tasks, self.chunk_tasks)):
             raise RLConfigError("evaluation.samples_per_task, evaluation.turns, evaluation.max_tasks and "
                                 "evaluation.chunk_tasks: must be >= 1")
+        if self.replies < 0:
+            raise RLConfigError(f"evaluation.replies: must be >= 0 (0: none kept), got {self.replies}")
         if self.code_bytes < 0:
             raise RLConfigError(f"evaluation.code_bytes: must be >= 0 (0: no report), got {self.code_bytes}")
         unknown = [size for size in self.sizes if size not in SIZES]
@@ -103,6 +109,15 @@ class EvalRow:
 
 def _record(trajectory: Trajectory) -> dict:
     return {"task": trajectory.task_id, "turns": [{f: getattr(t, f) for f in RECORDED} for t in trajectory.turns]}
+
+
+def _replies(trajectories: Sequence[Trajectory], tasks: Sequence[Task]) -> list[dict]:
+    """The first episode of each of `tasks`, turn by turn: the verdict, the reply and the gym's feedback."""
+    first: dict[str, Trajectory] = {}
+    for trajectory in trajectories:
+        first.setdefault(trajectory.task_id, trajectory)
+    return [{"task": task.name, "turns": [{"status": t.status, "reply": t.reply, "feedback": t.feedback}
+                                          for t in first[task.name].turns]} for task in tasks if task.name in first]
 
 
 def _replay(record: dict) -> Trajectory:
@@ -125,26 +140,28 @@ class Progress:
             except (ValueError, KeyError, TypeError) as err:
                 print(f"evaluation: {path} is unreadable ({err!r}); measuring from the start", flush=True)
 
-    def get(self, name: str) -> tuple[list[Trajectory], float] | None:
+    def get(self, name: str) -> tuple[list[Trajectory], float, list[dict]] | None:
         chunk = self.chunks.get(name)
-        return None if chunk is None else ([_replay(r) for r in chunk["episodes"]], chunk["seconds"])
+        if chunk is None:
+            return None
+        return [_replay(r) for r in chunk["episodes"]], chunk["seconds"], chunk.get("replies", [])
 
-    def put(self, name: str, trajectories: Sequence[Trajectory], seconds: float) -> None:
-        self.chunks[name] = {"seconds": seconds, "episodes": [_record(t) for t in trajectories]}
+    def put(self, name: str, trajectories: Sequence[Trajectory], seconds: float, replies: list[dict]) -> None:
+        self.chunks[name] = {"seconds": seconds, "episodes": [_record(t) for t in trajectories], "replies": replies}
         write_atomic(self.path, json.dumps({"key": self.key, "chunks": self.chunks}))
 
 
 def evaluate_policy(
     policy: Policy, evaluator: Evaluator, size: str, sets: dict[str, Sequence[Task]], rollout: RolloutConfig,
     config: EvaluationConfig, phase: str, progress: Progress | None = None,
-) -> tuple[list[EvalRow], float]:
-    """Per set, one row per task plus an "all" row, and the seconds measuring took (chunks taken from `progress`
-    count the seconds they took then). Chunk i of every set samples from seed + i, so phases see the same random
-    stream; all samples of a task fall in one chunk."""
+) -> tuple[list[EvalRow], float, list[dict]]:
+    """Per set, one row per task plus an "all" row; the seconds measuring took (chunks taken from `progress`
+    count the seconds they took then); and the replies of `config.replies` tasks per set. Chunk i of every set
+    samples from seed + i, so phases see the same random stream; all samples of a task fall in one chunk."""
     episode_config = replace(rollout, samples_per_task=config.samples_per_task, turns=config.turns,
                              temperature=config.temperature, top_p=config.top_p)
     device = next(policy.module.parameters()).device
-    rows, seconds = [], 0.0
+    rows, seconds, replies = [], 0.0, []
     for split, tasks in sets.items():
         trajectories = []
         width = config.chunk_tasks or max(len(tasks), 1)
@@ -155,17 +172,19 @@ def evaluate_policy(
                 started = time.monotonic()
                 generator = torch.Generator(device=device).manual_seed(config.seed + index)
                 done = run_episodes(policy, evaluator, tasks[start:start + width], episode_config, generator=generator)
-                kept = done, time.monotonic() - started
+                shown = _replies(done, tasks[start:min(start + width, config.replies)])
+                kept = done, time.monotonic() - started, shown
                 print(f"evaluation {phase}: {split} ({size}) chunk {index + 1} of {-(-len(tasks) // width)}, "
                       f"{len(done)} episodes in {kept[1]:.0f} s", flush=True)
                 if progress is not None:
                     progress.put(name, *kept)
             trajectories += kept[0]
             seconds += kept[1]
+            replies += [{"size": size, "set": split, **reply} for reply in kept[2]]
         rows += [EvalRow(phase, size, split, task.name,
                          rollout_metrics([t for t in trajectories if t.task_id == task.name])) for task in tasks]
         rows.append(EvalRow(phase, size, split, "all", rollout_metrics(trajectories)))
-    return rows, seconds
+    return rows, seconds, replies
 
 
 def format_table(rows: Sequence[EvalRow]) -> str:
@@ -204,14 +223,27 @@ class HeldOut:
                                                  "weights": weights_digest(policy.module.state_dict())})
         if progress.chunks:
             print(f"evaluation {phase}: going on after {len(progress.chunks)} chunks measured earlier", flush=True)
-        rows, seconds = [], 0.0
+        rows, seconds, replies = [], 0.0, []
         for size in self.config.sizes:
-            measured, took = evaluate_policy(policy, self.evaluator.at_size(size), size, self.sets, self.rollout,
-                                             self.config, phase, progress)
+            measured, took, shown = evaluate_policy(policy, self.evaluator.at_size(size), size, self.sets,
+                                                    self.rollout, self.config, phase, progress)
             rows += [dataclasses.asdict(r) for r in measured]
             seconds += took
+            replies += shown
+        self._keep_replies(phase, replies)
         print(f"evaluation {phase}: {seconds:.0f} s", flush=True)
         return rows, seconds
+
+    def _keep_replies(self, phase: str, replies: list[dict]) -> None:
+        """OUT/eval_replies.json: each phase's replies (a later measurement of a phase replaces its entry)."""
+        path, kept = self.out_dir / REPLIES_FILE, {}
+        if path.is_file():
+            try:
+                kept = dict(json.loads(path.read_text()))
+            except (ValueError, TypeError):  # the figures never depend on this file: a damaged one is replaced
+                kept = {}
+        kept[phase] = replies
+        write_atomic(path, json.dumps(kept, indent=1))
 
     @property
     def progress_path(self) -> Path:

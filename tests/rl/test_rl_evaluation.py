@@ -1,5 +1,6 @@
 """The held-out evaluation in chunks: one killed midway goes on from its finished chunks and gives the rows of an
 uninterrupted one; a chunk is reused only for the same phase, settings and weights (bf16 rounding aside)."""
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from proxycomp.gym_bridge.extract import extract_code
 from proxycomp.gym_bridge.result import EvalResult
 from proxycomp.gym_bridge.reward import compute_reward
 from proxycomp.gym_bridge.rl.cli import RLConfigError, parse_config
-from proxycomp.gym_bridge.rl.evaluation import PROGRESS_FILE, EvaluationConfig, HeldOut
+from proxycomp.gym_bridge.rl.evaluation import PROGRESS_FILE, REPLIES_FILE, EvaluationConfig, HeldOut
 from proxycomp.gym_bridge.rl.rollout import RolloutConfig
 from proxycomp.gym_bridge.rl.warmstart import reply_text
 from proxycomp.gym_bridge.tasks import load_task
@@ -73,13 +74,14 @@ def held_out(gym, out, config=CONFIG):
 def uninterrupted(tiny_policy, tmp_path_factory):
     policy = PickingPolicy(tiny_policy)
     gym = CodeGym()
-    rows, _ = held_out(gym, tmp_path_factory.mktemp("whole")).measure(policy, "before RL")
+    out = tmp_path_factory.mktemp("whole")
+    rows, _ = held_out(gym, out).measure(policy, "before RL")
     assert gym.tasks == ALL
-    return policy, rows
+    return policy, rows, json.loads((out / REPLIES_FILE).read_text())
 
 
 def test_a_killed_evaluation_goes_on_where_it_stopped(uninterrupted, tmp_path):
-    policy, rows = uninterrupted
+    policy, rows, replies = uninterrupted
     assert len({r["metrics"]["reward/mean"] for r in rows}) > 1  # the sampler's picks vary the rewards
     with pytest.raises(RuntimeError, match="device call ended"):
         held_out(CodeGym(fail_on="gelu_tanh"), tmp_path).measure(policy, "before RL")  # dies in the third chunk
@@ -87,10 +89,27 @@ def test_a_killed_evaluation_goes_on_where_it_stopped(uninterrupted, tmp_path):
     gym = CodeGym()
     resumed, seconds = held_out(gym, tmp_path).measure(policy, "before RL")
     assert gym.tasks == {"gelu_tanh"} and resumed == rows and seconds > 0  # only the third chunk measured again
+    assert json.loads((tmp_path / REPLIES_FILE).read_text()) == replies  # the kept chunks keep their replies too
+
+
+def test_the_replies_of_the_first_tasks_are_kept_by_phase(uninterrupted, tmp_path):
+    """What the policy wrote, beside the proportions: the first episode of each set's first `replies` tasks."""
+    policy, _, replies = uninterrupted
+    shown = replies["before RL"]
+    assert [(r["set"], r["size"], r["task"]) for r in shown] == [("heldout", "cpu", "relu"), ("heldout", "cpu", "silu")]
+    for reply in shown:
+        assert len(reply["turns"]) == CONFIG.turns
+        for turn in reply["turns"]:
+            assert turn["reply"] in {reply_text(code) for code in CODES}
+            assert turn["feedback"].startswith(f"status: {turn['status']}")
+    held_out(CodeGym(), tmp_path, replace(CONFIG, replies=0)).measure(policy, "after 3 steps")
+    held_out(CodeGym(), tmp_path).measure(policy, "before RL")
+    kept = json.loads((tmp_path / REPLIES_FILE).read_text())
+    assert kept == {"after 3 steps": [], "before RL": shown}
 
 
 def test_kept_chunks_are_reused_only_for_the_same_phase_and_weights(uninterrupted, tmp_path):
-    policy, _ = uninterrupted
+    policy, _, _ = uninterrupted
 
     def killed_after_relu():
         with pytest.raises(RuntimeError):
@@ -117,7 +136,7 @@ def test_kept_chunks_are_reused_only_for_the_same_phase_and_weights(uninterrupte
 
 
 def test_a_damaged_progress_file_is_measured_again(uninterrupted, tmp_path, capsys):
-    policy, rows = uninterrupted
+    policy, rows, _ = uninterrupted
     (tmp_path / PROGRESS_FILE).write_text('{"key": ')
     gym = CodeGym()
     again, _ = held_out(gym, tmp_path).measure(policy, "before RL")
