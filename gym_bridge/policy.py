@@ -20,7 +20,7 @@ from torch import nn
 from proxycomp.generate import DECODE_MODES, raw_bytes, restriction_bias
 from proxycomp.generate import generate as sample_symbols
 from proxycomp.model import Transformer
-from proxycomp.vocab import PAD, SENTINELS, is_raw_byte, raw_prompt, raw_reply_ids
+from proxycomp.vocab import PAD, RAW_PROMPT_OPENING, SENTINELS, is_raw_byte, raw_prompt, raw_reply_ids
 
 
 @dataclass
@@ -110,7 +110,7 @@ class ByteLMPolicy:
         return raw_prompt(prompt.encode("utf-8"))
 
     def encode_reply(self, text: str) -> list[int]:
-        return raw_prompt(text.encode("utf-8"))[2:] + [self.STOP]
+        return raw_prompt(text.encode("utf-8"))[RAW_PROMPT_OPENING:] + [self.STOP]
 
     def _check_length(self, prompt_ids: Sequence[int], reply_len: int, what: str) -> None:
         if len(prompt_ids) + reply_len > self.max_context:

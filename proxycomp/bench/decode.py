@@ -19,7 +19,7 @@ import torch
 from proxycomp.defaults import default_device
 from proxycomp.generate import DECODE_MODES, generate
 from proxycomp.model import ModelConfig, Transformer
-from proxycomp.vocab import raw_prompt
+from proxycomp.vocab import RAW_PROMPT_OPENING, raw_prompt
 
 
 def build_model(args: argparse.Namespace, device: torch.device) -> Transformer:
@@ -65,8 +65,8 @@ def main() -> int:
     torch.manual_seed(0)
     model = build_model(args, device)
     text = Path(torch.__file__).read_bytes()  # real code bytes as prompts
-    prompts = [raw_prompt(text[i * 997:i * 997 + args.prompt - 2 - (i * args.prompt) // (10 * args.batch)])
-               for i in range(args.batch)]
+    lengths = [args.prompt - RAW_PROMPT_OPENING - (i * args.prompt) // (10 * args.batch) for i in range(args.batch)]
+    prompts = [raw_prompt(text[i * 997:i * 997 + n]) for i, n in enumerate(lengths)]
     rows, reference = [], None
     for mode in modes:
         ms, ids = time_mode(model, prompts, args.new, mode, args.bf16)
