@@ -148,6 +148,11 @@ def test_chunk_tasks_must_be_positive():
         parse_config(["--ckpt", "x", "--evaluation.chunk_tasks", "0"])
 
 
+def test_replies_must_not_be_negative():
+    with pytest.raises(RLConfigError, match=r"evaluation.replies: must be >= 0 \(0: none kept\), got -1"):
+        parse_config(["--ckpt", "x", "--evaluation.replies", "-1"])
+
+
 def test_a_warm_start_carried_as_shards_is_the_policy_its_kept_chunks_belong_to(tiny_policy, tiny_hparams, tmp_path):
     """`proxycomp shards` rounds the weights through bf16: the evaluation of a warm start goes on after the model
     travels to another machine that way."""
