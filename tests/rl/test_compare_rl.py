@@ -126,6 +126,19 @@ def test_a_config_typo_fails_before_any_run(compare_rl, tiny_ckpt, tmp_path, cap
     assert "stepz" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
+def test_a_measured_warm_start_is_not_made_again(compare_rl, tiny_ckpt, tmp_path, capsys):
+    # A machine that got the small files (the warm start's evaluation) but neither its model nor grpo's checkpoint:
+    # a warm start made here would not be the one trloo started from, so grpo is refused, and nothing is written.
+    out = tmp_path / "cmp"
+    (out / "warmstart").mkdir(parents=True)
+    (out / "warmstart" / "eval_before.json").write_text('{"rows": [], "seconds": 1.0}')
+    status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out), "--resume",
+                              "--estimators", "grpo"])
+    assert status == 1
+    assert "grpo would start from the warm start measured in" in capsys.readouterr().err
+    assert sorted(p.name for p in out.rglob("*")) == ["eval_before.json", "warmstart"]
+
+
 def test_a_bad_time_budget_fails_before_any_run(compare_rl, tmp_path, capsys):
     assert proxycomp(["rl-compare", "--config", str(RECIPE), "--ckpt", "x", "--out", str(tmp_path / "o"),
                       "--max_time_s", "0"]) == 2
