@@ -216,12 +216,18 @@ def summary_markdown(results: dict[str, dict]) -> str:
         lines.append("| " + " | ".join([name, row["phase"], row["size"], row["split"], *counts]) + " |")
     lines += ["", "Differences:", "", *(_differences(results) or ["- (no arm has been evaluated after RL yet)"])]
     lines += ["", "Training episodes, mean per step:", "",
-              "| estimator | step | " + " | ".join(STEP_COLUMNS) + " | rollout s |",
-              "|" + "---|" * (3 + len(STEP_COLUMNS))]
+              "| estimator | step | " + " | ".join(STEP_COLUMNS) + " | rollout s | turns with an advantage | "
+              "group sizes |", "|" + "---|" * (5 + len(STEP_COLUMNS))]
+
+    def number(row: dict, key: str, spec: str) -> str:  # null in metrics.jsonl where a figure was NaN
+        value = row.get(key)
+        return "-" if value is None else format(value, spec)
+
     for name, result in results.items():
         for row in result["steps"]:
-            cells = [name, str(row["step"]), *(f"{row.get(c, float('nan')):.3f}" for c in STEP_COLUMNS),
-                     f"{row.get('time/rollout_s', float('nan')):.1f}"]
+            cells = [name, str(row["step"]), *(number(row, c, ".3f") for c in STEP_COLUMNS),
+                     number(row, "time/rollout_s", ".1f"), number(row, "advantage/nonzero_share", ".0%"),
+                     f"{number(row, 'group_size/min', '.0f')}-{number(row, 'group_size/max', '.0f')}"]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

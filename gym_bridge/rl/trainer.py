@@ -186,6 +186,8 @@ class MetricsLog:
               f"{shown('correct/turn0', '.0%')} at turn 0, {shown('correct/any', '.0%')} at any turn; "
               f"fast@1.2 {shown('fast@1.2/best', '.0%')} at the best turn; rejected by PRS "
               f"{shown('prs/rejection_rate', '.0%')}, by mismatch {shown('mismatch/rejection_rate', '.0%')}; "
+              f"an advantage on {shown('advantage/nonzero_share', '.0%')} of the counted turns, in groups of "
+              f"{shown('group_size/min', '.0f')} to {shown('group_size/max', '.0f')}; "
               f"loss {shown('loss/total', '.4g')}, entropy {shown('loss/entropy', '.4g')}; "
               f"{shown('time/generate_s', '.1f')} s sampling, {shown('time/gym_wait_s', '.1f')} s waiting for the "
               "gym", flush=True)

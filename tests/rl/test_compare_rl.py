@@ -163,7 +163,9 @@ def test_summary_gives_intervals_verdicts_and_says_what_is_inside_the_noise(comp
     results = {
         "trloo": {"before": before, "after": _rows("after 10 steps", [0.5, 0.75], **{"verdict/ok": 70,
                                                                                       "hack/decoy": 2}),
-                  "steps": []},
+                  "steps": [{"step": 1, "reward/mean": 0.0, "correct/any": 0.0, "fast@1.2/best": None,
+                             "time/rollout_s": 30.0, "advantage/nonzero_share": 0.0, "group_size/min": 7.0,
+                             "group_size/max": 8.0}]},
         # grpo: some tasks up, some down, by the same sizes as trloo's gains
         "grpo": {"before": before, "after": _rows("after 10 steps", [0.0, 0.5, 0.25, 0.75], tasks=8, episodes=4),
                  "steps": []},
@@ -181,6 +183,8 @@ def test_summary_gives_intervals_verdicts_and_says_what_is_inside_the_noise(comp
     assert trloo.endswith("outside the noise")  # every task gained: the paired interval stays above 0
     assert "+0.125" in grpo and grpo.endswith("inside the noise (the interval holds 0)")
     assert "8 tasks: +0.250" in versus
+    # A step whose groups all held equal returns moved nothing; a figure logged as null (NaN) reads "-".
+    assert "| trloo | 1 | 0.000 | 0.000 | - | 30.0 | 0% | 7-8 |" in table
 
 
 def test_differences_pair_tasks_and_leave_out_unpaired_ones(compare_rl):

@@ -60,6 +60,9 @@ def test_make_batch_drops_void_turns_and_reports_group_sizes():
         "group_size/min": 6.0, "group_size/mean": 7.0, "group_size/max": 8.0}
     assert batch.stats["void/masked_share"] == pytest.approx(4 / 18)
     assert batch.stats["void/errored_share"] == pytest.approx(1 / 9)
+    assert batch.stats["advantage/nonzero_share"] == 1.0  # both (task, turn) groups hold different returns
+    unsolved = make_batch(episodes() + episodes([(0.0, 0.0)] * 8, task="silu"), AlgorithmConfig(prs=None))
+    assert unsolved.stats["advantage/nonzero_share"] == pytest.approx(14 / 30)  # silu's 16 turns all give 0
     off = make_batch(trajectories, AlgorithmConfig(prs=None, mask_void_turns=False))
     assert len(off) == 18 and not off.void_turns and off.stats["void/masked_share"] == 0.0
     assert off.stats["group_size/min"] == off.stats["group_size/max"] == 9.0
