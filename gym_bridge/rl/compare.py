@@ -303,15 +303,15 @@ def main(argv: list[str] | None = None) -> int:
         print("warm start: not needed, every run left goes on from its own checkpoint", flush=True)
     elif not (warm / "model.ckpt").is_file():
         made = args.out / "warmstart_run" / "warmstart"
-        if not (made / "model.ckpt").is_file() and (warm / "eval_before.json").is_file():
-            # The warm start was made and measured, and its model is not on this machine. Another one made here
-            # would differ (SFT on a GPU is not bit-reproducible) from the one the runs already made started from.
-            print(f"compare_rl: {', '.join(starting)} would start from the warm start measured in "
-                  f"{warm / 'eval_before.json'}, whose model.ckpt is not here; bring it back to {warm} (docs/rl.md, "
-                  f"the chain across sessions) or give --estimators only runs that have their checkpoint",
-                  file=sys.stderr)
-            return 1
         if not (made / "model.ckpt").is_file():  # made from --ckpt now (a model made before, then killed, is reused)
+            if (warm / "eval_before.json").is_file():
+                # The warm start was made and measured, and its model is not on this machine. Another one made here
+                # would differ (SFT on a GPU is not bit-reproducible) from the one the runs made so far started from.
+                print(f"compare_rl: {', '.join(starting)} would start from the warm start measured in "
+                      f"{warm / 'eval_before.json'}, whose model.ckpt is not here; bring it back to {warm} "
+                      f"(docs/rl.md, the chain across sessions) or give --estimators only runs that have their "
+                      f"checkpoint", file=sys.stderr)
+                return 1
             try:
                 base = {"ckpt": str(args.ckpt), "weights": base_digest(args.ckpt)}
             except UserError:
