@@ -114,9 +114,10 @@ def make_batch(
     if config.mask_void_turns:
         counted = void_turn_mask(turns.rewards, turns.turn_mask, turns.errored)
     advantages = get_estimator(config.estimator)(returns, counted, turns.group_ids, **config.estimator_options)
-    stats = {"advantage/abs_mean": float(advantages[counted].abs().mean()),
+    counted_advantages = advantages[counted]
+    stats = {"advantage/abs_mean": float(counted_advantages.abs().mean()),
              # The turns that move the policy: a group whose returns are all equal gives each member 0.
-             "advantage/nonzero_share": float((advantages[counted] != 0).double().mean()),
+             "advantage/nonzero_share": float((counted_advantages != 0).double().mean()),
              **_group_stats(turns, counted)}
     keep, verdicts = counted, {}
     if config.prs is not None:
