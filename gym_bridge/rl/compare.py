@@ -16,7 +16,8 @@
    start's. Asked for other steps later (a longer comparison), it is made again from the warm start (SFT steps are
    cheap beside RL's). Where state.ckpt is not (a machine the warm start was not made on), the whole warm start is
    made again for all the steps, which equals going on from it, from --ckpt, which must then be the model the warm
-   start was made from (OUT/warmstart/base.json holds its weights' digest);
+   start was made from (OUT/warmstart/base.json holds its weights' digest). A control killed during its evaluation
+   (longer than one device call) goes on with its own model and kept chunks, whatever --ckpt is;
 4. OUT/summary.md and summary.json hold, per run and evaluated set (e.g. the family's held-out split and the
    shipped tasks), correct@turn0, correct@any-turn, fast@1.2 at turn 0 and at the best turn, before and after RL,
    each with a 95% Wilson interval over the set's episodes (a split evaluated bucket by bucket also as a whole,
@@ -53,6 +54,7 @@ from .stats import paired_bootstrap, wilson
 
 CONTROL = "sft_only"  # the run folder and summary name of the SFT-only control
 CONTROL_FILE = "control.json"  # in OUT/sft_only/: the steps it was made with, written once it is evaluated
+PLAN_FILE = "plan.json"  # in OUT/sft_only/: the steps it is being made with, written before its run starts
 BASE_FILE = "base.json"  # in OUT/warmstart/: the digest of the --ckpt weights the warm start was made from
 
 STEP_COLUMNS = ("reward/mean", "correct/any", "fast@1.2/best")
@@ -386,7 +388,14 @@ def run_control(args, extra: list[str], config, rl_steps: int, deadline: float |
     if deadline is not None and time.perf_counter() + needed > deadline:
         print(f"{CONTROL}: no time left for its evaluation (~{needed:.0f} s); --resume makes it", flush=True)
         return True
-    if not (warm / STATE_FILE).is_file():
+    model, plan = folder / "warmstart" / "model.ckpt", folder / PLAN_FILE
+    going_on = model.is_file() and plan.is_file() and json.loads(plan.read_text()) == wanted
+    if going_on:
+        # Made for these steps and killed during its evaluation (an evaluation can outlast a device call): its run
+        # reuses the model and the evaluation's kept chunks. Made again, it would differ (SFT on a GPU is not
+        # bit-reproducible) and lose them.
+        print(f"{CONTROL}: going on with the control made for {wanted['rl_steps']} RL steps ({model})", flush=True)
+    elif not (warm / STATE_FILE).is_file():
         # Not carried to this machine (docs/rl.md): the control is the warm start made again for all its steps,
         # which equals going on from its state, and only from the model the warm start was made from.
         kept = json.loads((warm / BASE_FILE).read_text()) if (warm / BASE_FILE).is_file() else None
@@ -397,11 +406,13 @@ def run_control(args, extra: list[str], config, rl_steps: int, deadline: float |
             return False
         print(f"{CONTROL}: {warm / STATE_FILE} is not here; made again from --ckpt for all "
               f"{wanted['warmstart_steps'] + wanted['sft_steps']} steps", flush=True)
-    shutil.rmtree(folder, ignore_errors=True)  # made for other steps, or killed: made again from the warm start
-    shutil.copytree(warm, folder / "warmstart", ignore=shutil.ignore_patterns("model.ckpt", "eval_before.json"))
+    if not going_on:  # made for other steps, or killed before its model was written: made again
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.copytree(warm, folder / "warmstart", ignore=shutil.ignore_patterns("model.ckpt", "eval_before.json"))
+        write_atomic(plan, json.dumps(wanted))
     steps = wanted["warmstart_steps"] + wanted["sft_steps"]
     command = rl_command(args.config, args.ckpt, folder, [*extra, "--warmstart_only", "--warmstart.steps", str(steps)])
-    if run_logged(command, args.out / f"{CONTROL}.log").wait():
+    if run_logged(command, args.out / f"{CONTROL}.log", append=going_on).wait():
         return False
     write_atomic(folder / CONTROL_FILE, json.dumps(wanted))
     return True

@@ -103,6 +103,18 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
     assert compare_rl.main(["--ckpt", str(tiny_ckpt), "--sft_control", *steps_2_args]) == 0
     assert "made again from --ckpt for all 6 steps" in capsys.readouterr().out
     assert json.loads((out / "sft_only" / "control.json").read_text())["sft_steps"] == 4
+    # Killed during its evaluation (longer than a device call): the control goes on with its own model, not made
+    # again (on a GPU it would differ, and its kept chunks would be lost), whatever --ckpt is.
+    control = out / "sft_only" / "warmstart"
+    made = control.joinpath("model.ckpt").read_bytes()
+    for name in (out / "sft_only" / "control.json", control / "eval_before.json"):
+        name.unlink()
+    assert compare_rl.main(["--ckpt", str(other), "--sft_control", *steps_2_args]) == 0
+    assert "sft_only: going on with the control made for 2 RL steps" in capsys.readouterr().out
+    assert control.joinpath("model.ckpt").read_bytes() == made
+    log = (out / "sft_only.log").read_text()
+    assert "warm start: 6 steps in" in log and log.count("warm start: reusing") == 1  # appended to the first run's
+    assert json.loads((out / "sft_only" / "control.json").read_text())["sft_steps"] == 4
 
 
 def test_unknown_estimator_fails_before_any_run(compare_rl, tiny_ckpt, tmp_path, capsys):
