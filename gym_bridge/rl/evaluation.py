@@ -169,13 +169,16 @@ def evaluate_policy(
             name = f"{size}|{split}|{index}"
             kept = progress.get(name) if progress is not None else None
             if kept is None:
-                started = time.monotonic()
+                started, timings = time.monotonic(), {}
                 generator = torch.Generator(device=device).manual_seed(config.seed + index)
-                done = run_episodes(policy, evaluator, tasks[start:start + width], episode_config, generator=generator)
+                done = run_episodes(policy, evaluator, tasks[start:start + width], episode_config, generator=generator,
+                                    timings=timings)
                 shown = _replies(done, tasks[start:min(start + width, config.replies)])
                 kept = done, time.monotonic() - started, shown
+                # Where a chunk's time goes (sampling, or waiting for the gym's workers) sizes the next plan.
                 print(f"evaluation {phase}: {split} ({size}) chunk {index + 1} of {-(-len(tasks) // width)}, "
-                      f"{len(done)} episodes in {kept[1]:.0f} s", flush=True)
+                      f"{len(done)} episodes in {kept[1]:.0f} s ({timings['generate_s']:.0f} s sampling, "
+                      f"{timings['gym_wait_s']:.0f} s waiting for the gym)", flush=True)
                 if progress is not None:
                     progress.put(name, *kept)
             trajectories += kept[0]

@@ -1,6 +1,7 @@
 """The held-out evaluation in chunks: one killed midway goes on from its finished chunks and gives the rows of an
 uninterrupted one; a chunk is reused only for the same phase, settings and weights (bf16 rounding aside)."""
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -80,7 +81,7 @@ def uninterrupted(tiny_policy, tmp_path_factory):
     return policy, rows, json.loads((out / REPLIES_FILE).read_text())
 
 
-def test_a_killed_evaluation_goes_on_where_it_stopped(uninterrupted, tmp_path):
+def test_a_killed_evaluation_goes_on_where_it_stopped(uninterrupted, tmp_path, capsys):
     policy, rows, replies = uninterrupted
     assert len({r["metrics"]["reward/mean"] for r in rows}) > 1  # the sampler's picks vary the rewards
     with pytest.raises(RuntimeError, match="device call ended"):
@@ -89,6 +90,9 @@ def test_a_killed_evaluation_goes_on_where_it_stopped(uninterrupted, tmp_path):
     gym = CodeGym()
     resumed, seconds = held_out(gym, tmp_path).measure(policy, "before RL")
     assert gym.tasks == {"gelu_tanh"} and resumed == rows and seconds > 0  # only the third chunk measured again
+    printed = capsys.readouterr().out.splitlines()[-2]  # each chunk says where its time went
+    assert re.fullmatch(r"evaluation before RL: heldout \(cpu\) chunk 3 of 3, 3 episodes in \d+ s "
+                        r"\(\d+ s sampling, \d+ s waiting for the gym\)", printed), printed
     assert json.loads((tmp_path / REPLIES_FILE).read_text()) == replies  # the kept chunks keep their replies too
 
 
