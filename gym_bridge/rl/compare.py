@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                 made.mkdir(parents=True, exist_ok=True)
                 write_atomic(made / BASE_FILE, json.dumps(base))
         command = rl_command(args.config, args.ckpt, args.out / "warmstart_run", [*extra, "--warmstart_only"])
-        if run_logged(command, args.out / "warmstart.log").wait():
+        if run_logged(command, args.out / "warmstart.log", append=args.resume).wait():  # an earlier call's log kept
             print(f"compare_rl: the warm start failed; see {args.out / 'warmstart.log'}", file=sys.stderr)
             return 1
         shutil.copytree(made, warm, ignore=shutil.ignore_patterns(STATE_FILE), dirs_exist_ok=True)

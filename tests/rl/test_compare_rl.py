@@ -129,7 +129,11 @@ def test_a_failed_warm_start_is_reported(compare_rl, tmp_path, capsys):
     bad.write_bytes(b"not a checkpoint")
     status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(bad), "--out", str(tmp_path / "o")])
     assert status == 1 and "the warm start failed" in capsys.readouterr().err
-    assert "proxycomp rl: error" in (tmp_path / "o" / "warmstart.log").read_text()
+    log = tmp_path / "o" / "warmstart.log"
+    assert "proxycomp rl: error" in log.read_text()
+    # --resume (a later call of a chain) appends: what the earlier call's warm start printed is not lost.
+    assert compare_rl.main(["--config", str(RECIPE), "--ckpt", str(bad), "--out", str(tmp_path / "o"), "--resume"]) == 1
+    assert log.read_text().count("proxycomp rl: error") == 2
 
 
 def test_a_config_typo_fails_before_any_run(compare_rl, tiny_ckpt, tmp_path, capsys):
