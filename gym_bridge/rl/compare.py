@@ -381,7 +381,11 @@ def run_control(args, extra: list[str], config, rl_steps: int, deadline: float |
     folder, warm = args.out / CONTROL, args.out / "warmstart"
     wanted = {"rl_steps": rl_steps, "sft_steps": rl_steps * config.algorithm.updates_per_step,
               "warmstart_steps": config.warmstart.steps}
-    if (folder / CONTROL_FILE).is_file() and json.loads((folder / CONTROL_FILE).read_text()) == wanted:
+
+    def made_for_these_steps(path: Path) -> bool:  # control.json once evaluated, plan.json from its start
+        return path.is_file() and json.loads(path.read_text()) == wanted
+
+    if made_for_these_steps(folder / CONTROL_FILE):
         print(f"{CONTROL}: finished earlier, left alone", flush=True)
         return True
     needed = json.loads((warm / "eval_before.json").read_text())["seconds"]
@@ -389,7 +393,7 @@ def run_control(args, extra: list[str], config, rl_steps: int, deadline: float |
         print(f"{CONTROL}: no time left for its evaluation (~{needed:.0f} s); --resume makes it", flush=True)
         return True
     model, plan = folder / "warmstart" / "model.ckpt", folder / PLAN_FILE
-    going_on = model.is_file() and plan.is_file() and json.loads(plan.read_text()) == wanted
+    going_on = model.is_file() and made_for_these_steps(plan)
     if going_on:
         # Made for these steps and killed during its evaluation (an evaluation can outlast a device call): its run
         # reuses the model and the evaluation's kept chunks. Made again, it would differ (SFT on a GPU is not
