@@ -451,9 +451,12 @@ class Judge:
 
     @staticmethod
     def _ready(cand: CandidateProcess) -> dict:
+        """Ask the process whether it is ready, as the job takes it: an answer given at its start would vouch for a
+        spare that died since (killed while it waited), and the job's first request would find it gone."""
         try:
+            wire.send(cand.sock, {"op": "ready"})
             msg, fds = wire.recv(cand.sock, cand.deadline)
-        except wire.WireError as err:
+        except (wire.WireError, OSError) as err:
             raise cand._gone(str(err)) from None
         wire.close(fds)
         if not msg.get("ready"):

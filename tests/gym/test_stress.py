@@ -89,9 +89,33 @@ def test_no_gym_process_outlives_a_killed_pool():
     assert not left, f"{len(left)} gym processes outlived their pool"
 
 
+def _the_spare(root: str) -> int:
+    """The one candidate process left once a job's own process has been killed: the next job's, started already."""
+    deadline = time.monotonic() + 10
+    while len(spares := _candidate_processes(root)) != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the judged process is being killed
+    assert len(spares) == 1, spares
+    return spares[0]
+
+
+def _wait_until_idle(pid: int) -> None:
+    """Until the process has used no CPU for half a second: its start done, it waits for its job."""
+    def cpu_ticks() -> int:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+
+    deadline, last = time.monotonic() + 60, -1
+    while (now := cpu_ticks()) != last:
+        assert time.monotonic() < deadline, "the spare never stopped starting"
+        last = now
+        time.sleep(0.5)
+
+
 def test_the_next_candidate_process_starts_ahead_and_a_dead_or_mismatched_one_costs_nothing():
-    """Each judge forks the next job's process while it judges the current one; a spare that died before its job,
-    or was made for other settings, is replaced by a fresh process and the candidate loses nothing."""
+    """Each judge forks the next job's process while it judges the current one; a spare that died before its job
+    (killed while it started, or after, while it waited), or was made for other settings, is replaced by a fresh
+    process and the candidate loses nothing."""
     import os
     import signal
 
@@ -99,12 +123,13 @@ def test_the_next_candidate_process_starts_ahead_and_a_dead_or_mismatched_one_co
     config = EvalConfig(size="cpu", timeout_s=30, correct_trials=1)
     with Evaluator(pool, config) as ev:
         assert ev.submit([Candidate(task=RELU_TASK, code=HONEST_RELU, id="first")])[0].status == "ok"
-        deadline = time.monotonic() + 10
-        while len(spares := _candidate_processes(pool.workdir)) != 1 and time.monotonic() < deadline:
-            time.sleep(0.05)  # the judged process is being killed
-        assert len(spares) == 1, spares  # the next job's, started already
-        os.kill(spares[0], signal.SIGKILL)
+        os.kill(_the_spare(pool.workdir), signal.SIGKILL)
         assert ev.submit([Candidate(task=RELU_TASK, code=HONEST_RELU, id="after a dead spare")])[0].status == "ok"
+        spare = _the_spare(pool.workdir)
+        _wait_until_idle(spare)
+        os.kill(spare, signal.SIGKILL)
+        result = ev.submit([Candidate(task=RELU_TASK, code=HONEST_RELU, id="after a spare dead once started")])[0]
+        assert result.status == "ok", result.error
         ev.config = EvalConfig(size="cpu", timeout_s=30, correct_trials=1, memory_limit_mb=4096)
         result = ev.submit([Candidate(task=RELU_TASK, code=HONEST_RELU, id="other settings")])[0]
         assert result.status == "ok" and result.reward == 1.0
