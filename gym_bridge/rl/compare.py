@@ -91,13 +91,21 @@ def read_run(run: Path) -> dict:
     return {"before": rows("eval_before.json"), "after": rows("eval_after.json"), "steps": steps}
 
 
-def read_control(out: Path) -> dict:
-    """The SFT-only control as a run: the warm start's rows before, its own rows (measured after its extra SFT
+def read_steps_file(path: Path) -> dict | None:
+    """The steps a control was made for (control.json or plan.json); None when missing or unreadable, which counts
+    as not written: the control is then made or evaluated again, and left out of a summary."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_control(out: Path, extra: int) -> dict:
+    """The SFT-only control as a run: the warm start's rows before, its own rows (measured after its `extra` SFT
     steps) after; no RL steps."""
     def rows(path: Path) -> list[dict]:
         return json.loads(path.read_text())["rows"] if path.is_file() else []
 
-    extra = json.loads((out / CONTROL / CONTROL_FILE).read_text())["sft_steps"]
     after = [{**row, "phase": f"after {extra} more SFT steps"}
              for row in rows(out / CONTROL / "warmstart" / "eval_before.json")]
     return {"before": rows(out / "warmstart" / "eval_before.json"), "after": after, "steps": []}
@@ -383,7 +391,7 @@ def run_control(args, extra: list[str], config, rl_steps: int, deadline: float |
               "warmstart_steps": config.warmstart.steps}
 
     def made_for_these_steps(path: Path) -> bool:  # control.json once evaluated, plan.json from its start
-        return path.is_file() and json.loads(path.read_text()) == wanted
+        return read_steps_file(path) == wanted
 
     if made_for_these_steps(folder / CONTROL_FILE):
         print(f"{CONTROL}: finished earlier, left alone", flush=True)
@@ -424,8 +432,12 @@ def run_control(args, extra: list[str], config, rl_steps: int, deadline: float |
 
 def summarize(out: Path, estimators: list[str]) -> int:
     results = {name: read_run(out / name) for name in estimators}
-    if (out / CONTROL / CONTROL_FILE).is_file():
-        results[CONTROL] = read_control(out)
+    made = read_steps_file(out / CONTROL / CONTROL_FILE)
+    if made is not None:
+        results[CONTROL] = read_control(out, made["sft_steps"])
+    elif (out / CONTROL / CONTROL_FILE).exists():
+        print(f"{CONTROL}: {out / CONTROL / CONTROL_FILE} is unreadable, so the control is left out of the summary "
+              f"(a run with --sft_control writes it again)", flush=True)
     write_atomic(out / "summary.json", json.dumps(results, indent=1))
     table = summary_markdown(results)
     write_atomic(out / "summary.md", table + "\n")

@@ -104,11 +104,15 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
     assert "made again from --ckpt for all 6 steps" in capsys.readouterr().out
     assert json.loads((out / "sft_only" / "control.json").read_text())["sft_steps"] == 4
     # Killed during its evaluation (longer than a device call): the control goes on with its own model, not made
-    # again (on a GPU it would differ, and its kept chunks would be lost), whatever --ckpt is.
+    # again (on a GPU it would differ, and its kept chunks would be lost), whatever --ckpt is. A damaged control.json
+    # counts as not written: the summary leaves the control out, and the next call evaluates it again.
     control = out / "sft_only" / "warmstart"
     made = control.joinpath("model.ckpt").read_bytes()
-    for name in (out / "sft_only" / "control.json", control / "eval_before.json"):
-        name.unlink()
+    (out / "sft_only" / "control.json").write_text('{"rl_steps": 2, "sft_')
+    (control / "eval_before.json").unlink()
+    assert compare_rl.main(["--out", str(out), "--summarize_only"]) == 0
+    assert "control.json is unreadable, so the control is left out" in capsys.readouterr().out
+    assert "sft_only" not in json.loads((out / "summary.json").read_text())
     assert compare_rl.main(["--ckpt", str(other), "--sft_control", *steps_2_args]) == 0
     assert "sft_only: going on with the control made for 2 RL steps" in capsys.readouterr().out
     assert control.joinpath("model.ckpt").read_bytes() == made
