@@ -73,6 +73,11 @@ class CandidateGone(Exception):
         self.status, self.exit_code = status, exit_code
 
 
+class NotStarted(Exception):
+    """A candidate process that ended or fell silent before it said it was ready, before any candidate code reached
+    it: the gym's failure (infra_error), never a verdict on the candidate."""
+
+
 class Turn:
     """The check's shared hold on the GPU's timing lock, which the candidate process hands back while Triton compiles
     on the host (taking it again before it launches) and while a call's outputs are copied out (turn messages,
@@ -356,8 +361,8 @@ class Judge:
         except CandidateGone as gone:
             res.status, res.error = gone.status, str(gone)
             res.exit_code = gone.exit_code
-        except TimeoutError as exc:  # the device lock stayed taken: the gym's fault, no verdict on the candidate
-            res.status, res.error = "infra_error", str(exc)
+        except (TimeoutError, NotStarted) as exc:  # the device lock stayed taken, or no candidate process started:
+            res.status, res.error = "infra_error", str(exc)  # the gym's fault, no verdict on the candidate
         except torch.cuda.OutOfMemoryError as exc:
             res.status, res.error = "resource", f"the judge ran out of device memory: {str(exc)[:300]}"
         finally:
@@ -388,16 +393,16 @@ class Judge:
     def _candidate(self, cfg: EvalConfig, alone: bool) -> CandidateProcess:
         """A fresh candidate process for this job: the spare forked during the last job when it was made for the same
         settings and started, else a new one; then the next job's spare is forked, to start (CUDA, the profiler)
-        while this one is judged. A spare that failed to start is the gym's loss, never the candidate's."""
+        while this one is judged. A spare that failed to start is the gym's loss, never the candidate's; a new process
+        that fails too is the gym's failure (NotStarted: infra_error)."""
         request = self._request(cfg, alone)
         spare, self.spare = self.spare, None
         cand = None
-        if spare is not None:
-            if spare[0] == request:
-                with contextlib.suppress(CandidateGone, TimeoutError):
-                    cand = self._started(spare[1], cfg)
-            if cand is None:
-                spare[1].close()
+        if spare is not None and spare[0] == request:
+            with contextlib.suppress(NotStarted):  # then closed already
+                cand = self._started(spare[1], cfg)
+        elif spare is not None:
+            spare[1].close()
         if cand is None:
             cand = self._started(self._fork(request, cfg), cfg)
         if not alone:  # a job alone holds the GPU: the next spare's start waits for it, so fork it after
@@ -440,9 +445,12 @@ class Judge:
         try:
             started = cand.status_message(STARTUP_S)
             if started is None:
-                raise TimeoutError(f"the zygote did not fork a candidate process within {STARTUP_S:g} s")
+                raise NotStarted(f"the zygote did not fork a candidate process within {STARTUP_S:g} s")
             cand.pid = started["pid"]
             cand.layers = self._ready(cand).get("layers", [])
+        except CandidateGone as gone:
+            cand.close()
+            raise NotStarted(f"a candidate process ended before it was ready ({gone})") from None
         except BaseException:
             cand.close()
             raise

@@ -112,6 +112,37 @@ def _wait_until_idle(pid: int) -> None:
         time.sleep(0.5)
 
 
+def test_a_candidate_process_that_ends_before_it_is_ready_is_the_gyms_failure(tmp_path):
+    """A process that ended before it said it was ready never received the candidate's code: its job gets
+    infra_error (no verdict; RL masks it), not 'crashed'."""
+    import json
+    import math
+    import os
+    from pathlib import Path
+
+    from proxycomp.gym_bridge import wire
+    from proxycomp.gym_bridge.config import Job
+    from proxycomp.gym_bridge.judge import CandidateProcess, Judge
+
+    def an_ended_process(request: dict, cfg: EvalConfig) -> CandidateProcess:  # forked, then killed at its start
+        mine, theirs = wire.pair()
+        (status_r, status_w), (lifeline_r, lifeline_w), (report_r, report_w) = os.pipe(), os.pipe(), os.pipe()
+        os.write(status_w, b'{"pid": 4242}\n' + json.dumps({"exit": -9}).encode() + b"\n")  # the monitor's lines
+        for fd in (status_w, lifeline_r, report_w):
+            os.close(fd)
+        theirs.close()
+        return CandidateProcess(mine, status_r, lifeline_w, report_r, str(tmp_path / "candidate"), deadline=math.inf)
+
+    judge = Judge.__new__(Judge)  # a judge's settings, with its zygote replaced by the fork above
+    judge.env, judge.device, judge.triton_base, judge.gpu_share, judge.lock = {}, "cpu", None, 0.0, None
+    judge.root, judge.tasks, judge.spare, judge._fork = str(tmp_path), {}, None, an_ended_process
+    job = Job(id="x", task="relu", task_source=Path(RELU_TASK).read_text(), code=HONEST_RELU,
+              config=EvalConfig(size="cpu"))
+    result = judge.run(job)
+    assert result.status == "infra_error", result.to_dict()
+    assert "ended before it was ready" in result.error and "SIGKILL" in result.error
+
+
 def test_the_next_candidate_process_starts_ahead_and_a_dead_or_mismatched_one_costs_nothing():
     """Each judge forks the next job's process while it judges the current one; a spare that died before its job
     (killed while it started, or after, while it waited), or was made for other settings, is replaced by a fresh
