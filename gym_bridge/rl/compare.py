@@ -91,9 +91,10 @@ def read_run(run: Path) -> dict:
     return {"before": rows("eval_before.json"), "after": rows("eval_after.json"), "steps": steps}
 
 
-def read_steps_file(path: Path) -> dict | None:
-    """The steps a control was made for (control.json or plan.json); None when missing or unreadable, which counts
-    as not written: the control is then made or evaluated again, and left out of a summary."""
+def read_record(path: Path) -> dict | None:
+    """One of this module's small records (control.json, plan.json, base.json); None when missing or unreadable,
+    which counts as not written: a control is then made or evaluated again, left out of a summary, or refused a
+    --ckpt it cannot check."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -391,7 +392,7 @@ def run_control(args, extra: list[str], config, rl_steps: int, deadline: float |
               "warmstart_steps": config.warmstart.steps}
 
     def made_for_these_steps(path: Path) -> bool:  # control.json once evaluated, plan.json from its start
-        return read_steps_file(path) == wanted
+        return read_record(path) == wanted
 
     if made_for_these_steps(folder / CONTROL_FILE):
         print(f"{CONTROL}: finished earlier, left alone", flush=True)
@@ -410,7 +411,7 @@ def run_control(args, extra: list[str], config, rl_steps: int, deadline: float |
     elif not (warm / STATE_FILE).is_file():
         # Not carried to this machine (docs/rl.md): the control is the warm start made again for all its steps,
         # which equals going on from its state, and only from the model the warm start was made from.
-        kept = json.loads((warm / BASE_FILE).read_text()) if (warm / BASE_FILE).is_file() else None
+        kept = read_record(warm / BASE_FILE)
         if kept is None or kept["weights"] != base_digest(args.ckpt):
             print(f"compare_rl: {warm / STATE_FILE} is not here, so {CONTROL} is made again from --ckpt, which must be "
                   f"the model the warm start was made from ({kept['ckpt'] if kept else 'not recorded'}); "
@@ -432,7 +433,7 @@ def run_control(args, extra: list[str], config, rl_steps: int, deadline: float |
 
 def summarize(out: Path, estimators: list[str]) -> int:
     results = {name: read_run(out / name) for name in estimators}
-    made = read_steps_file(out / CONTROL / CONTROL_FILE)
+    made = read_record(out / CONTROL / CONTROL_FILE)
     if made is not None:
         results[CONTROL] = read_control(out, made["sft_steps"])
     elif (out / CONTROL / CONTROL_FILE).exists():
