@@ -38,6 +38,16 @@ def test_causal_pairs_count_same_document_pairs_up_to_the_diagonal(bench_kernels
     assert bench_kernels.causal_pairs(doc_ids) == 6 + 3 + 15
 
 
+def test_flex_rows_of_fixed_length_documents_are_cut_every_n_positions(bench_kernels):
+    ids = bench_kernels.flex_doc_ids("L512", 3, 4096, None, None, device="cpu")
+    assert ids.shape == (3, 4096) and (ids == ids[0]).all()
+    assert torch.unique_consecutive(ids[0], return_counts=True)[1].tolist() == [512] * 8
+    odd = bench_kernels.flex_doc_ids("L5", 1, 12, None, None, device="cpu")
+    assert odd.tolist() == [[0] * 5 + [1] * 5 + [2] * 2]  # the window cuts the last document
+    random = bench_kernels.flex_doc_ids(8, 2, 4096, torch.Generator().manual_seed(0), None, device="cpu")
+    assert [len(torch.unique(row)) for row in random] == [8, 8]
+
+
 def _flex_rows(shape, docs, graph_ok=True):
     batch, heads, seq, dim = shape
     times = {"ours": 1.0, "ours_other": 1.5, "flex": 1.3, "cudnn_causal": 0.9}
@@ -49,7 +59,8 @@ def _flex_rows(shape, docs, graph_ok=True):
 
 def test_flex_summary_states_ratios_per_row_and_records(bench_kernels, tmp_path):
     results = [dict(kind="gemm_ceiling", tflops=700.0), *_flex_rows((8, 12, 4096, 64), 1),
-               *_flex_rows((8, 12, 4096, 64), "spm"), *_flex_rows((4, 16, 4096, 128), 32, graph_ok=False)]
+               *_flex_rows((8, 12, 4096, 64), "spm"), *_flex_rows((4, 16, 4096, 128), 32, graph_ok=False),
+               *_flex_rows((4, 16, 4096, 128), "L512")]
     rows, ratios = bench_kernels.summary(results)
     assert ratios["D64_docs1_vs_flex_host"] == pytest.approx(1.3)
     assert ratios["D64_docs1_vs_flex_graph"] == pytest.approx(1.3)
@@ -57,8 +68,10 @@ def test_flex_summary_states_ratios_per_row_and_records(bench_kernels, tmp_path)
     assert ratios["D64_docsspm_vs_other_graph"] == pytest.approx(1.5)
     assert "D64_docsspm_vs_cudnn_graph" not in ratios  # cuDNN runs full causal: compared at 1 document only
     assert ratios["D128_docs32_vs_flex_graph"] is None  # no graph time: no ratio, and the table says n/a
+    assert ratios["D128_docsL512_vs_flex_host"] == pytest.approx(1.3)
     table = [r for r in rows if r.startswith("(") and not r.startswith("(B,H,S,D)")]
-    assert len(table) == 3 and "2.00|1.00" in table[0] and "1.80|0.90" in table[0] and table[0].endswith("1.30|1.30")
+    assert len(table) == 4 and " L512 " in table[3]
+    assert "2.00|1.00" in table[0] and "1.80|0.90" in table[0] and table[0].endswith("1.30|1.30")
     assert "1.30|n/a" in table[2] and table[2].rstrip().endswith("1.30|n/a")
     assert rows[-1].startswith("ratios (x faster than): ") and "D128_docs32_vs_flex_graph=n/a" in rows[-1]
 

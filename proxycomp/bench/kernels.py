@@ -5,7 +5,8 @@ flash and cuDNN backends and flash-attn when importable. Document-masked runs (8
 sequence, boundaries fixed by --seed): ours with block skipping, ours computing every causal block, and
 SDPA with a dense boolean mask. Embedding fused with RMSNorm: forward+backward time beside torch's two ops.
 Flex (`--parts flex`): document-masked fwd+bwd of ours beside FlexAttention (compiled, its block mask made from
-the same document ids) at 1, 8, 32 and 128 documents per row and on the spm proxy stream's windows, and cuDNN's
+the same document ids) at 1, 8, 32 and 128 documents per row cut at random, at documents of 512 positions each
+(L512, the windows of `bench_train --doc_len 512`) and on the spm proxy stream's windows, and cuDNN's
 full causal attention at 1 document; host-launched and as CUDA graphs (GPU time only); effective TFLOP/s count
 only the same-document causal pairs. `ours_other` is ours with the other launch scheme (short-document tiles on
 where the default has them off, and off where it has them on), so each record re-tests the default's choice.
@@ -48,7 +49,9 @@ DOCS_PER_SEQUENCE = 8
 # The flex part: the d768 model's attention shape (head size 64) and the D=128 shape of the attention table, both
 # at the models' context, so the spm stream's windows fit either.
 FLEX_SHAPES = [(8, 12, 4096, 64), (4, 16, 4096, 128)]
-FLEX_DOCS = (1, 8, 32, 128, "spm")  # documents per row, or the spm proxy stream's windows
+# Documents per row cut at random; "L512": documents of 512 positions each, the windows of `bench_train --doc_len
+# 512`, whose training step the issue's targets name; "spm": the spm proxy stream's windows (last: it may be missing).
+FLEX_DOCS = (1, 8, 32, 128, "L512", "spm")
 PARTS = ("attention", "embedding", "flex", "host", "sweep")  # --parts
 # The host part: (B, H, S, D, documents per row); the first leaves the GPU idle, so its times are the host's alone.
 HOST_CASES = [(1, 1, 256, 64, 4), (8, 12, 4096, 64, 32)]
@@ -127,6 +130,16 @@ def random_doc_ids(batch, seq, gen, docs: int = DOCS_PER_SEQUENCE, device: str =
     marks = torch.zeros(batch, seq, dtype=torch.int64)
     marks.scatter_(1, cuts, 1)
     return marks.cumsum(1).to(device)
+
+
+def flex_doc_ids(docs: int | str, batch: int, seq: int, gen, spm_rows: torch.Tensor | None,
+                 device: str = "cuda") -> torch.Tensor:
+    """(batch, seq) document ids of one FLEX_DOCS entry."""
+    if docs == "spm":
+        return spm_rows[:batch].to(device)
+    if isinstance(docs, str):  # "L<n>": every document n positions long (the last one cut by the window)
+        return (torch.arange(seq, device=device) // int(docs.removeprefix("L"))).expand(batch, seq).contiguous()
+    return random_doc_ids(batch, seq, gen, docs, device)
 
 
 def bench_attention(results: list, gen_cpu, gen_cuda) -> None:
@@ -253,7 +266,7 @@ def bench_flex(results: list, gen_cpu, gen_cuda, spm_rows: torch.Tensor | None) 
             return (runs[b, q_idx] == runs[b, kv_idx]) & (kv_idx <= q_idx)
 
         for docs in FLEX_DOCS if spm_rows is not None else FLEX_DOCS[:-1]:
-            doc_ids = spm_rows[:batch].cuda() if docs == "spm" else random_doc_ids(batch, seq, gen_cpu, docs)
+            doc_ids = flex_doc_ids(docs, batch, seq, gen_cpu, spm_rows)
             runs.copy_(document_runs(doc_ids))
             block_mask = create_block_mask(same_doc_causal, batch, None, seq, seq, device="cuda")
             bounds = document_bounds(doc_ids)
