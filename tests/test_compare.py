@@ -372,8 +372,12 @@ def test_seeds_are_reported_with_paired_and_welch_intervals(tmp_path):
         "raw_subset": {"0": run("raw_subset", 2.01), "1": run("raw_subset", 2.19), "2": run("raw_subset", 2.12)},
         "byte": {"0": run("byte", 1.5), "1": {"status": "running"}},
     }
+    comparison.results["arms"]["raw_subset"]["2"].update(resumed=True, wall_s=1)  # its first part's time is lost
     comparison.save()
     table = (tmp_path / "results.md").read_text()
+    raw_subset = next(line for line in table.splitlines() if line.startswith("| raw_subset |"))
+    assert raw_subset.endswith(" | 3 |")  # the mean of the two runs made in one call, not 2.33 with the resumed one
+    assert "(their time counts only the last part): raw_subset seed 2." in table
     assert "Matched on symbols" in table
     assert "| proxy_spm | raw+spm (paper) | done | 0,1,2 |" in table
     assert "| 2.1000 | 0.2000 | 2.0000 | 2.6000 |" in table

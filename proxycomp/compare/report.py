@@ -116,7 +116,8 @@ def markdown(results: dict[str, Any], title: str) -> str:
         notes = [arm.schedule, *(["loss on raw only"] if arm.loss_targets == "raw" else []),
                  *(f"{view} removed" for view in arm.drop_views)]
         trains_on = f"{'+'.join(arm.views)} ({', '.join(notes)})"
-        walls = [run["wall_s"] for run in runs.values() if "wall_s" in run]
+        # A resumed run's wall_s counts only its last part (the cut part's time died with its process).
+        walls = [run["wall_s"] for run in runs.values() if "wall_s" in run and not run.get("resumed")]
         raw_seen = _mean(run.get("raw_bytes_seen") for run in runs.values())
         epochs = _mean(run.get("epochs") for run in runs.values())
         lines.append(
@@ -160,10 +161,18 @@ def markdown(results: dict[str, Any], title: str) -> str:
         "Raw bytes seen: raw-byte targets in the batches trained on (repeats included"
         f"{_train_split(arms)}); epochs: passes over the train documents, in whatever view. Scores: "
         f"{_eval_slice(spec['eval_max_bytes'])} held-out bytes drawn at random (seed {spec['seed']}), the same "
-        f"documents for every run; the plot's points score {spec['curve_max_bytes']:,} of them.",
+        f"documents for every run; the plot's points score {spec['curve_max_bytes']:,} of them.{_resumed(arms)}",
         "",
     ]
     return "\n".join(lines)
+
+
+def _resumed(arms: dict[str, dict]) -> str:
+    runs = [f"{name} seed {seed}" for name, seeds in arms.items() for seed, run in seeds.items() if run.get("resumed")]
+    if not runs:
+        return ""
+    return (f" Wall s: the mean over runs made in one call; left out, as resumed from a checkpoint (their time counts "
+            f"only the last part): {', '.join(runs)}.")
 
 
 def point_label(results: dict[str, Any]) -> str:
