@@ -50,7 +50,8 @@ DOCS_PER_SEQUENCE = 8
 # at the models' context, so the spm stream's windows fit either.
 FLEX_SHAPES = [(8, 12, 4096, 64), (4, 16, 4096, 128)]
 # Documents per row cut at random; "L512": documents of 512 positions each, the windows of `bench_train --doc_len
-# 512`, whose training step the issue's targets name; "spm": the spm proxy stream's windows (last: it may be missing).
+# 512`, so the kernel is timed on a training step's own documents; "spm": the spm proxy stream's windows (last: it
+# may be missing).
 FLEX_DOCS = (1, 8, 32, 128, "L512", "spm")
 PARTS = ("attention", "embedding", "flex", "host", "sweep")  # --parts
 # The host part: (B, H, S, D, documents per row); the first leaves the GPU idle, so its times are the host's alone.
