@@ -53,7 +53,8 @@ def _flex_rows(shape, docs, graph_ok=True):
     times = {"ours": 1.0, "ours_other": 1.5, "flex": 1.3, "cudnn_causal": 0.9}
     impls = ["ours", "ours_other", "flex"] + (["cudnn_causal"] if docs == 1 else [])
     return [dict(kind="flex", impl=i, B=batch, H=heads, S=seq, D=dim, docs=docs, docs_per_row=4.0, kept=0.25,
-                 rel_err=0.01, host_ms=2 * times[i], graph_ms=times[i] if graph_ok else None, host_tflops=100.0,
+                 rel_err=0.01, host_ms=2 * times[i], graph_ms=times[i] if graph_ok else None,
+                 fwd_graph_ms=times[i] / (4 if i == "flex" else 2) if graph_ok else None, host_tflops=100.0,
                  graph_tflops=200.0 / times[i] if graph_ok else None) for i in impls]
 
 
@@ -69,9 +70,11 @@ def test_flex_summary_states_ratios_per_row_and_records(bench_kernels, tmp_path)
     assert "D64_docsspm_vs_cudnn_graph" not in ratios  # cuDNN runs full causal: compared at 1 document only
     assert ratios["D128_docs32_vs_flex_graph"] is None  # no graph time: no ratio, and the table says n/a
     assert ratios["D128_docsL512_vs_flex_host"] == pytest.approx(1.3)
+    assert ratios["D64_docs1_fwd_vs_flex_graph"] == pytest.approx(0.65)  # the forward's share of the ratio
+    assert ratios["D128_docs32_fwd_vs_flex_graph"] is None
     table = [r for r in rows if r.startswith("(") and not r.startswith("(B,H,S,D)")]
     assert len(table) == 4 and " L512 " in table[3]
-    assert "2.00|1.00" in table[0] and "1.80|0.90" in table[0] and table[0].endswith("1.30|1.30")
+    assert "2.00|1.00" in table[0] and "1.80|0.90" in table[0] and table[0].endswith(" 0.65     1.30|1.30")
     assert "1.30|n/a" in table[2] and table[2].rstrip().endswith("1.30|n/a")
     assert rows[-1].startswith("ratios (x faster than): ") and "D128_docs32_vs_flex_graph=n/a" in rows[-1]
 

@@ -233,10 +233,14 @@ def spm_doc_ids(preset_name: str, seq: int, rows: int, seed: int) -> torch.Tenso
     return work.batches[0]["doc_ids"]
 
 
-def time_graph(fn, q, k, v, grad_out) -> float | None:
-    """Median GPU ms of one fwd+bwd replayed as a CUDA graph: no host launch cost, which the host-launched timing
-    of short, cheap rows measures instead. None when the step cannot be captured."""
+def time_graph(fn, q, k, v, grad_out, forward_only: bool = False) -> float | None:
+    """Median GPU ms of one fwd+bwd (or forward without autograd) replayed as a CUDA graph: no host launch cost,
+    which the host-launched timing of short, cheap rows measures instead. None when the step cannot be captured."""
     def step():
+        if forward_only:
+            with torch.no_grad():
+                fn(q, k, v)
+            return
         for t in (q, k, v):
             t.grad = None
         fn(q, k, v).backward(grad_out)
@@ -283,12 +287,15 @@ def bench_flex(results: list, gen_cpu, gen_cuda, spm_rows: torch.Tensor | None) 
                 err = check_grads(fn, impls["ours" if name == "flex" else "flex"], q, k, v, grad_out)
                 host = time_one(False, fn, q, k, v, grad_out)
                 graph = time_graph(fn, q, k, v, grad_out)
+                fwd_graph = time_graph(fn, q, k, v, grad_out, forward_only=True)
                 results.append(dict(kind="flex", impl=name, B=batch, H=heads, S=seq, D=dim, docs=docs,
                                     docs_per_row=per_row, kept=pairs / (batch * seq * (seq + 1) / 2), rel_err=err,
-                                    host_ms=host, graph_ms=graph, host_tflops=flops / host * 1e-9,
+                                    host_ms=host, graph_ms=graph, fwd_graph_ms=fwd_graph,
+                                    host_tflops=flops / host * 1e-9,
                                     graph_tflops=None if graph is None else flops / graph * 1e-9))
                 print(f"flex {name:12s} {batch},{heads},{seq},{dim} docs={docs}: fwd+bwd {host:.3f} ms host, "
-                      f"{'n/a' if graph is None else f'{graph:.3f}'} ms graph (err {err:.1e})", flush=True)
+                      f"{'n/a' if graph is None else f'{graph:.3f}'} ms graph, forward "
+                      f"{'n/a' if fwd_graph is None else f'{fwd_graph:.3f}'} ms graph (err {err:.1e})", flush=True)
             block_mask = None  # frees GPU memory; `del` would unbind a name the lambdas above read
 
 
@@ -419,7 +426,8 @@ def host_summary(results: list) -> tuple[list[str], dict]:
 
 def flex_summary(results: list) -> tuple[list[str], dict]:
     """One line per (shape, documents): fwd+bwd ms host-launched | as a CUDA graph per impl, the effective TFLOP/s
-    of ours and Flex from the graph time, and Flex's time over ours (x faster than Flex)."""
+    of ours and Flex from the graph time, Flex's forward graph time over ours (which pass the ratio comes from), and
+    Flex's fwd+bwd time over ours (x faster than Flex)."""
     rows, ratios = [], {}
     flex = [r for r in results if r["kind"] == "flex"]
     if not flex:
@@ -428,15 +436,15 @@ def flex_summary(results: list) -> tuple[list[str], dict]:
     rows.append("flex part: fwd+bwd ms host-launched|CUDA graph; effective TFLOP/s (same-document causal pairs) "
                 "from graph times")
     rows.append(f"{'(B,H,S,D)':18s} {'docs':>4s} {'/row':>5s} {'kept':>5s} " + " ".join(f"{i:>13s}" for i in impls) +
-                f" {'eff ours/flex':>13s} {'flex/ours h|g':>13s}")
+                f" {'eff ours/flex':>13s} {'fwd flex/ours':>13s} {'flex/ours h|g':>13s}")
 
     def ms(r):
         if r is None:
             return "-"
         return f"{r['host_ms']:.2f}|" + ("n/a" if r["graph_ms"] is None else f"{r['graph_ms']:.2f}")
 
-    def ratio(slow, fast, key):
-        return None if slow[key] is None or fast[key] is None else slow[key] / fast[key]
+    def ratio(slow, fast, key):  # records from before the forward was timed have no fwd_graph_ms
+        return None if slow.get(key) is None or fast.get(key) is None else slow[key] / fast[key]
 
     cases = dict.fromkeys((r["B"], r["H"], r["S"], r["D"], r["docs"]) for r in flex)
     for case in cases:
@@ -447,11 +455,13 @@ def flex_summary(results: list) -> tuple[list[str], dict]:
         name = f"D{case[3]}_docs{case[4]}"
         ratios[f"{name}_vs_flex_host"], ratios[f"{name}_vs_flex_graph"] = versus
         ratios[f"{name}_vs_other_graph"] = ratio(by["ours_other"], ours, "graph_ms")
+        fwd = ratios[f"{name}_fwd_vs_flex_graph"] = ratio(other, ours, "fwd_graph_ms")
         if "cudnn_causal" in by:
             ratios[f"{name}_vs_cudnn_graph"] = ratio(by["cudnn_causal"], ours, "graph_ms")
         shown = "|".join("n/a" if x is None else f"{x:.2f}" for x in versus)
         rows.append(f"{str(case[:4]):18s} {str(case[4]):>4s} {ours['docs_per_row']:5.1f} {ours['kept']:5.0%} " +
-                    " ".join(f"{ms(by.get(i)):>13s}" for i in impls) + f" {eff:>13s} {shown:>13s}")
+                    " ".join(f"{ms(by.get(i)):>13s}" for i in impls) +
+                    f" {eff:>13s} {'n/a' if fwd is None else f'{fwd:.2f}':>13s} {shown:>13s}")
     return rows, ratios
 
 
