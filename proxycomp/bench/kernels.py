@@ -7,15 +7,20 @@ SDPA with a dense boolean mask. Embedding fused with RMSNorm: forward+backward t
 Flex (`--parts flex`): document-masked fwd+bwd of ours beside FlexAttention (compiled, its block mask made from
 the same document ids) at 1, 8, 32 and 128 documents per row cut at random, at documents of 512 positions each
 (L512, the windows of `bench_train --doc_len 512`) and on the spm proxy stream's windows, and cuDNN's
-full causal attention at 1 document; host-launched and as CUDA graphs (GPU time only); effective TFLOP/s count
-only the same-document causal pairs. `ours_other` is ours with the other launch scheme (short-document tiles on
-where the default has them off, and off where it has them on), so each record re-tests the default's choice.
+full causal attention at 1 document; host-launched and as CUDA graphs (GPU time only), and the forward alone as a
+graph; effective TFLOP/s count only the same-document causal pairs. `ours_other` is ours with the other launch
+scheme (short-document tiles on where the default has them off, and off where it has them on), so each record
+re-tests the default's choice.
 
 Host (`--parts host`): host microseconds per eager fwd+bwd call of ours, its launches through
 `kernels.launching.Launcher` and through Triton's own dispatch alternating in one process, and through
 torch.compile; at a shape where the GPU is never the bound and at the flex part's D=64 shape with 32 documents.
 Then the pieces of that call, each timed alone: the launchers, the forward with and without autograd, the backward
 through the engine, and the engine's cost for a Python Function that launches nothing.
+
+Sweep (`--parts sweep`): block configs of the forward and the backward at one document and at 512-position
+documents, and the short-document tiles' settings at 32 and 128 random documents and at 512-position ones, each
+timed as a CUDA graph.
 
     python tools/bench_kernels.py --out bench.json [--record] [--parts attention,embedding,flex,host,sweep]
 
@@ -469,6 +474,9 @@ SWEEP_ROUNDS = 3
 # The byte models' attention shapes (proxycomp.bench.train: d768 has 12 heads and d1024 16, both of size 64, at
 # T=4096) and the D=128 shape of the attention table.
 SWEEP_SHAPES = [(8, 12, 4096, 64), (4, 16, 4096, 128)]
+# Documents per row: one (full causal, where the defaults were picked) and the 512-position documents of
+# `bench_train --doc_len 512`, where the training step is the kernel's to win (BENCHMARKS.md, 2026-12-05).
+SWEEP_DOCS = (1, "L512")
 # (block_m, block_n, warps, stages) of the forward.
 SWEEP_FWD = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 4),
              (128, 32, 4, 3)]
@@ -482,15 +490,15 @@ SWEEP_BWD = {
 
 
 # (short_span, short_block, short_step, short_warps, short_stages) of the short-document tiles, timed at the flex
-# part's shapes with 32 and 128 documents per row; (0, 0, 0, 4, 2) is the single launch, the reference each config
-# is checked against. The first of each list is the default.
+# part's shapes with 32 and 128 documents per row and on 512-position documents; (0, 0, 0, 4, 2) is the single
+# launch, the reference each config is checked against. The first of each list is the default.
 SWEEP_SHORT = {
     64: [(0, 0, 0, 4, 2), (128, 32, 32, 4, 2), (256, 32, 32, 4, 2), (128, 32, 16, 4, 2), (128, 64, 32, 4, 2),
          (128, 32, 32, 2, 2), (128, 16, 32, 2, 2)],
     128: [(256, 64, 32, 4, 2), (0, 0, 0, 4, 2), (512, 64, 32, 4, 2), (256, 32, 32, 4, 2), (256, 64, 64, 4, 2),
           (256, 64, 32, 8, 2), (256, 64, 32, 4, 3)],
 }
-SWEEP_SHORT_DOCS = (32, 128)
+SWEEP_SHORT_DOCS = (32, 128, "L512")
 
 
 def sweep_short(results: list, gen_cpu, gen_cuda) -> None:
@@ -502,7 +510,7 @@ def sweep_short(results: list, gen_cpu, gen_cuda) -> None:
         grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen_cuda)
         base = default_config(dim, q.device)
         for docs in SWEEP_SHORT_DOCS:
-            bounds = document_bounds(random_doc_ids(batch, seq, gen_cpu, docs))
+            bounds = document_bounds(flex_doc_ids(docs, batch, seq, gen_cpu, None))
             configs = [(c, dataclasses.replace(base, **dict(zip(fields, c)))) for c in SWEEP_SHORT[dim]]
             fns = [lambda q, k, v, cfg=cfg: flash_attention(q, k, v, doc_bounds=bounds, config=cfg)
                    for _, cfg in configs]
@@ -529,45 +537,55 @@ def sweep_short(results: list, gen_cpu, gen_cuda) -> None:
                       f"(median of {', '.join(f'{t:.3f}' for t in times)})", flush=True)
 
 
-def sweep_attention(results: list, gen_cuda) -> None:
-    """Time block configs at the models' shapes; the defaults in attention.py come from here.
+def sweep_attention(results: list, gen_cpu, gen_cuda) -> None:
+    """Time block configs at the models' shapes, at each of SWEEP_DOCS; the defaults in attention.py come from here.
 
     Every config is timed SWEEP_ROUNDS times, round-robin, and the median kept: timings drift over minutes of a
     device call (a single-pass sweep once timed one config at 174 and, minutes earlier, 259 TFLOP/s), and one pass
     per config lets that drift pick the winner. Forward configs are timed alone; backward configs as
-    forward+backward with the default forward."""
+    forward+backward with the default forward. Times are of CUDA graphs (GPU time: host-launched, the short
+    documents' rows would time the host), checked first against FlashAttention (one document) or the default
+    config (documents). TFLOP/s count the same-document causal pairs."""
     for batch, heads, seq, dim in SWEEP_SHAPES:
         q, k, v = make_qkv(batch, heads, seq, dim, gen_cuda)
         grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen_cuda)
-        flops = attention_flops(batch, heads, seq, dim)
         base = default_config(dim, q.device)
         fields = [f.name for f in dataclasses.fields(AttentionConfig)]
         configs = [("sweep_fwd", c, dataclasses.replace(base, **dict(zip(fields[:4], c)))) for c in SWEEP_FWD]
         configs += [("sweep_fwd_bwd", c, dataclasses.replace(base, **dict(zip(fields[4:], c))))
                     for c in SWEEP_BWD[dim]]
-        candidates = [(kind, variant, lambda q, k, v, cfg=cfg: flash_attention(q, k, v, config=cfg))
-                      for kind, variant, cfg in configs]
-        timings: dict[int, list[float]] = {}
-        for i, (kind, variant, fn) in enumerate(candidates):
-            try:
-                check_grads(fn, sdpa(SDPBackend.FLASH_ATTENTION), q, k, v, grad_out)
-            except Exception as exc:  # noqa: BLE001 - a config can exceed shared memory or registers: report, skip
-                print(f"{kind} {(batch, heads, seq, dim)} {variant}: failed {type(exc).__name__}: {str(exc)[:80]}",
-                      flush=True)
-                continue
-            timings[i] = []
-        for _ in range(SWEEP_ROUNDS):
-            for i in timings:
-                kind, _, fn = candidates[i]
-                timings[i].append(time_one(kind == "sweep_fwd", fn, q, k, v, grad_out))
-        for i, times in timings.items():
-            kind, variant, _ = candidates[i]
-            ms = sorted(times)[len(times) // 2]
-            tflops = (1.0 if kind == "sweep_fwd" else 3.5) * flops / ms * 1e-9
-            results.append(dict(kind=kind, B=batch, H=heads, S=seq, D=dim, config=variant, ms=ms,
-                                rounds_ms=times, tflops=tflops))
-            print(f"{kind} {(batch, heads, seq, dim)} {variant}: {tflops:.0f} TFLOP/s (median of "
-                  f"{', '.join(f'{t:.3f}' for t in times)} ms)", flush=True)
+        for docs in SWEEP_DOCS:
+            doc_ids = flex_doc_ids(docs, batch, seq, gen_cpu, None)
+            bounds = None if docs == 1 else document_bounds(doc_ids)
+            flops = 4.0 * heads * dim * causal_pairs(doc_ids)
+            reference = sdpa(SDPBackend.FLASH_ATTENTION) if bounds is None else \
+                (lambda q, k, v: flash_attention(q, k, v, doc_bounds=bounds))
+            candidates = [(kind, variant, lambda q, k, v, cfg=cfg: flash_attention(q, k, v, doc_bounds=bounds,
+                                                                                   config=cfg))
+                          for kind, variant, cfg in configs]
+            timings: dict[int, list[float]] = {}
+            for i, (kind, variant, fn) in enumerate(candidates):
+                try:
+                    check_grads(fn, reference, q, k, v, grad_out)
+                except Exception as exc:  # noqa: BLE001 - a config can exceed shared memory or registers: skip
+                    print(f"{kind} {(batch, heads, seq, dim)} docs={docs} {variant}: failed {type(exc).__name__}: "
+                          f"{str(exc)[:80]}", flush=True)
+                    continue
+                timings[i] = []
+            for _ in range(SWEEP_ROUNDS):
+                for i in timings:
+                    kind, _, fn = candidates[i]
+                    timings[i].append(time_graph(fn, q, k, v, grad_out, forward_only=kind == "sweep_fwd"))
+            for i, times in timings.items():
+                if None in times:
+                    continue
+                kind, variant, _ = candidates[i]
+                ms = sorted(times)[len(times) // 2]
+                tflops = (1.0 if kind == "sweep_fwd" else 3.5) * flops / ms * 1e-9
+                results.append(dict(kind=kind, B=batch, H=heads, S=seq, D=dim, docs=docs, config=variant, ms=ms,
+                                    rounds_ms=times, tflops=tflops))
+                print(f"{kind} {(batch, heads, seq, dim)} docs={docs} {variant}: {tflops:.0f} TFLOP/s (median of "
+                      f"{', '.join(f'{t:.3f}' for t in times)} ms graph)", flush=True)
 
 
 def summary(results: list) -> tuple[list[str], dict]:
@@ -606,10 +624,10 @@ def summary(results: list) -> tuple[list[str], dict]:
     for r in results:
         if r["kind"] in ("sweep_fwd", "sweep_fwd_bwd"):
             what = "fwd" if r["kind"] == "sweep_fwd" else "f+b"
-            rows.append(f"sweep {what} {str((r['B'], r['H'], r['S'], r['D'])):18s} {str(tuple(r['config'])):38s} "
-                        f"{r['tflops']:5.0f} TF/s")
+            rows.append(f"sweep {what} {str((r['B'], r['H'], r['S'], r['D'])):18s} docs={r.get('docs', 1)!s:<4s} "
+                        f"{str(tuple(r['config'])):38s} {r['tflops']:5.0f} TF/s")
         if r["kind"] == "sweep_short":
-            rows.append(f"sweep short {str((r['B'], r['H'], r['S'], r['D'])):18s} docs={r['docs']:<4d} "
+            rows.append(f"sweep short {str((r['B'], r['H'], r['S'], r['D'])):18s} docs={r['docs']!s:<4s} "
                         f"{str(tuple(r['config'])):24s} {r['ms']:7.3f} ms graph")
     rows.append("ratios (x faster than): " + ", ".join(f"{k}={'n/a' if v is None else f'{v:.2f}'}"
                                                       for k, v in ratios.items()))
@@ -662,7 +680,7 @@ def main() -> None:
     if "host" in parts:
         bench_host(results, gen_cpu, gen_cuda)
     if "sweep" in parts:
-        sweep_attention(results, gen_cuda)
+        sweep_attention(results, gen_cpu, gen_cuda)
         sweep_short(results, gen_cpu, gen_cuda)
     rows, ratios = summary(results)
     rows.insert(0, f"GEMM ceiling {gemm:.0f} TFLOP/s")
