@@ -501,9 +501,29 @@ SWEEP_SHORT = {
 SWEEP_SHORT_DOCS = (32, 128, "L512")
 
 
+def timed_rounds(candidates: list, reference, q, k, v, grad_out) -> dict[int, tuple[float, list[float]]]:
+    """The sweeps' timing: each (label, fn, forward_only) is checked against `reference` first (a config that fails,
+    e.g. past shared memory or registers, is reported and skipped), then all are timed as CUDA graphs SWEEP_ROUNDS
+    times round-robin (timings drift over minutes of a device call; one pass per config would let the drift pick the
+    winner). {index: (median ms, the rounds' ms)} of those that every round captured."""
+    timings: dict[int, list[float]] = {}
+    for i, (label, fn, _) in enumerate(candidates):
+        try:
+            check_grads(fn, reference, q, k, v, grad_out)
+        except Exception as exc:  # noqa: BLE001 - one config failing must not cost the rest of the device call
+            print(f"{label}: failed {type(exc).__name__}: {str(exc)[:80]}", flush=True)
+            continue
+        timings[i] = []
+    for _ in range(SWEEP_ROUNDS):
+        for i in timings:
+            _, fn, forward_only = candidates[i]
+            timings[i].append(time_graph(fn, q, k, v, grad_out, forward_only=forward_only))
+    return {i: (sorted(times)[len(times) // 2], times) for i, times in timings.items() if None not in times}
+
+
 def sweep_short(results: list, gen_cpu, gen_cuda) -> None:
     """Time the short-tile configs on short documents as CUDA graphs (GPU time; host-launched, these rows time the
-    host), round-robin, median of SWEEP_ROUNDS, each checked against the single launch first."""
+    host) by timed_rounds, each checked against the single launch first."""
     fields = [f.name for f in dataclasses.fields(AttentionConfig) if f.name.startswith("short_")]
     for batch, heads, seq, dim in FLEX_SHAPES:
         q, k, v = make_qkv(batch, heads, seq, dim, gen_cuda)
@@ -515,37 +535,23 @@ def sweep_short(results: list, gen_cpu, gen_cuda) -> None:
             fns = [lambda q, k, v, cfg=cfg: flash_attention(q, k, v, doc_bounds=bounds, config=cfg)
                    for _, cfg in configs]
             single = fns[next(i for i, (c, _) in enumerate(configs) if c[0] == 0)]
-            timings: dict[int, list[float]] = {}
-            for i, fn in enumerate(fns):
-                try:
-                    check_grads(fn, single, q, k, v, grad_out)
-                except Exception as exc:  # noqa: BLE001 - a config can exceed shared memory or registers: report, skip
-                    print(f"sweep_short {(batch, heads, seq, dim)} docs={docs} {configs[i][0]}: failed "
-                          f"{type(exc).__name__}: {str(exc)[:80]}", flush=True)
-                    continue
-                timings[i] = []
-            for _ in range(SWEEP_ROUNDS):
-                for i in timings:
-                    timings[i].append(time_graph(fns[i], q, k, v, grad_out))
-            for i, times in timings.items():
-                if None in times:
-                    continue
-                ms = sorted(times)[len(times) // 2]
+            labels = [f"sweep_short {(batch, heads, seq, dim)} docs={docs} {c}" for c, _ in configs]
+            timed = timed_rounds([(label, fn, False) for label, fn in zip(labels, fns)], single, q, k, v, grad_out)
+            for i, (ms, times) in timed.items():
                 results.append(dict(kind="sweep_short", B=batch, H=heads, S=seq, D=dim, docs=docs,
                                     config=configs[i][0], ms=ms, rounds_ms=times))
-                print(f"sweep_short {(batch, heads, seq, dim)} docs={docs} {configs[i][0]}: {ms:.3f} ms graph "
-                      f"(median of {', '.join(f'{t:.3f}' for t in times)})", flush=True)
+                print(f"{labels[i]}: {ms:.3f} ms graph (median of {', '.join(f'{t:.3f}' for t in times)})",
+                      flush=True)
 
 
 def sweep_attention(results: list, gen_cpu, gen_cuda) -> None:
     """Time block configs at the models' shapes, at each of SWEEP_DOCS; the defaults in attention.py come from here.
 
-    Every config is timed SWEEP_ROUNDS times, round-robin, and the median kept: timings drift over minutes of a
-    device call (a single-pass sweep once timed one config at 174 and, minutes earlier, 259 TFLOP/s), and one pass
-    per config lets that drift pick the winner. Forward configs are timed alone; backward configs as
-    forward+backward with the default forward. Times are of CUDA graphs (GPU time: host-launched, the short
-    documents' rows would time the host), checked first against FlashAttention (one document) or the default
-    config (documents). TFLOP/s count the same-document causal pairs."""
+    Each config is timed by timed_rounds (a single-pass sweep once timed one config at 174 and, minutes earlier, 259
+    TFLOP/s). Forward configs are timed alone; backward configs as forward+backward with the default forward. Times
+    are of CUDA graphs (GPU time: host-launched, the short documents' rows would time the host), checked first
+    against FlashAttention (one document) or the default config (documents). TFLOP/s count the same-document causal
+    pairs."""
     for batch, heads, seq, dim in SWEEP_SHAPES:
         q, k, v = make_qkv(batch, heads, seq, dim, gen_cuda)
         grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen_cuda)
@@ -560,32 +566,16 @@ def sweep_attention(results: list, gen_cpu, gen_cuda) -> None:
             flops = 4.0 * heads * dim * causal_pairs(doc_ids)
             reference = sdpa(SDPBackend.FLASH_ATTENTION) if bounds is None else \
                 (lambda q, k, v: flash_attention(q, k, v, doc_bounds=bounds))
-            candidates = [(kind, variant, lambda q, k, v, cfg=cfg: flash_attention(q, k, v, doc_bounds=bounds,
-                                                                                   config=cfg))
-                          for kind, variant, cfg in configs]
-            timings: dict[int, list[float]] = {}
-            for i, (kind, variant, fn) in enumerate(candidates):
-                try:
-                    check_grads(fn, reference, q, k, v, grad_out)
-                except Exception as exc:  # noqa: BLE001 - a config can exceed shared memory or registers: skip
-                    print(f"{kind} {(batch, heads, seq, dim)} docs={docs} {variant}: failed {type(exc).__name__}: "
-                          f"{str(exc)[:80]}", flush=True)
-                    continue
-                timings[i] = []
-            for _ in range(SWEEP_ROUNDS):
-                for i in timings:
-                    kind, _, fn = candidates[i]
-                    timings[i].append(time_graph(fn, q, k, v, grad_out, forward_only=kind == "sweep_fwd"))
-            for i, times in timings.items():
-                if None in times:
-                    continue
-                kind, variant, _ = candidates[i]
-                ms = sorted(times)[len(times) // 2]
+            candidates = [(f"{kind} {(batch, heads, seq, dim)} docs={docs} {variant}",
+                           lambda q, k, v, cfg=cfg: flash_attention(q, k, v, doc_bounds=bounds, config=cfg),
+                           kind == "sweep_fwd") for kind, variant, cfg in configs]
+            for i, (ms, times) in timed_rounds(candidates, reference, q, k, v, grad_out).items():
+                kind, variant, _ = configs[i]
                 tflops = (1.0 if kind == "sweep_fwd" else 3.5) * flops / ms * 1e-9
                 results.append(dict(kind=kind, B=batch, H=heads, S=seq, D=dim, docs=docs, config=variant, ms=ms,
                                     rounds_ms=times, tflops=tflops))
-                print(f"{kind} {(batch, heads, seq, dim)} docs={docs} {variant}: {tflops:.0f} TFLOP/s (median of "
-                      f"{', '.join(f'{t:.3f}' for t in times)} ms graph)", flush=True)
+                print(f"{candidates[i][0]}: {tflops:.0f} TFLOP/s (median of {', '.join(f'{t:.3f}' for t in times)} "
+                      f"ms graph)", flush=True)
 
 
 def summary(results: list) -> tuple[list[str], dict]:
