@@ -11,6 +11,8 @@ Triton kernels run in the interpreter (TRITON_INTERPRET=1 is set for the workers
 Every checkpoint it writes (OUT/warmstart/model.ckpt, OUT/checkpoints/last.ckpt) holds the base model's
 hyper-parameters and tokenizer besides the weights, as one of `fit` does, so `proxycomp generate`, `eval-bpb` and
 `fit --init_from` read it. A warm start killed midway goes on from OUT/warmstart/state.ckpt when run again.
+With max_time_s, an evaluation that would run past it stops between its chunks (exit status 0); --resume, or the
+same --warmstart_only command, goes on from the chunks kept.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from ..policy import ByteLMPolicy
 from ..pool import gpu_turn
 from .code_bpb import CodeBpb
 from .config import RLConfig, RLConfigError, RunArgs
-from .evaluation import HeldOut
+from .evaluation import HeldOut, OutOfTime
 from .trainer import RLTrainer
 from .warmstart import BaseModel, WarmStarter
 
@@ -87,7 +89,8 @@ def run(config: RLConfig, args: RunArgs) -> int:
                                rollout=config.rollout, out_dir=out_dir, seed=config.seed)
             warm_dir = warm.start(tasks.sft, gym)
             code.measure("before RL" if warm_dir is None else "before RL (after SFT)")
-        held_out = HeldOut(tasks.evaluated, gym, config.rollout, config.evaluation, evaluated, out_dir, code)
+        held_out = HeldOut(tasks.evaluated, gym, config.rollout, config.evaluation, evaluated, out_dir, code,
+                           deadline=None if config.max_time_s is None else started + config.max_time_s)
         rows_before, evaluation_s = held_out.before_rl(policy, warm_dir, resume, keep=not args.warmstart_only)
         if args.warmstart_only:
             print(f"warm start only: {warm.model_path} and its evaluation before RL", flush=True)
@@ -101,16 +104,27 @@ def run(config: RLConfig, args: RunArgs) -> int:
             print(f"resumed at step {trainer.step} from {checkpoint}", flush=True)
         else:
             trainer.log.truncate(0)  # rows left by a run killed before its first checkpoint
-        deadline = None
-        if config.max_time_s is not None:  # room for the after-RL evaluation: as long as the one before, or a step
-            deadline = started + config.max_time_s - (evaluation_s or trainer.longest_step_s)
+        deadline, fits = None, True
+        if config.max_time_s is not None:
+            # Room for the after-RL evaluation (as long as the one before) where it fits in what is left. One that
+            # does not (a chain of device calls) waits for the last step, so the steps take the time, less a step.
+            end = started + config.max_time_s
+            fits = evaluation_s is not None and time.monotonic() + evaluation_s <= end
+            deadline = end - (evaluation_s if fits else trainer.longest_step_s)
         trainer.fit(config.steps, deadline)
         if trainer.step < config.steps:
-            print(f"stopped at step {trainer.step} of {config.steps}: max_time_s={config.max_time_s:g} leaves no room "
-                  "for another step and the evaluation; --resume goes on", flush=True)
+            stopped = (f"stopped at step {trainer.step} of {config.steps}: max_time_s={config.max_time_s:g} leaves "
+                       "no room")
+            if not fits:
+                print(f"{stopped} for another step, nor for the evaluation, which waits for the last step; --resume "
+                      "goes on", flush=True)
+                return 0
+            print(f"{stopped} for another step and the evaluation; --resume goes on", flush=True)
             if trainer.step == 0:
                 return 0
         held_out.after_rl(policy, trainer.step, rows_before)
+    except OutOfTime as stopped:
+        print(f"{stopped}; its finished chunks are kept, and running again goes on from them", flush=True)
     finally:
         gym.close()
     return 0

@@ -31,7 +31,9 @@ the steps now asked for) is left alone, and a run killed before its first checkp
 longer than one device call is a chain of calls on a machine that keeps OUT; where every run left has its
 checkpoint, no warm start is made, so a call on another machine needs only those runs' files (docs/rl.md).
 --max_time_s ends the call in time instead of being killed mid-step: a run stops, checkpointed, before a step that
-would leave no room for its after-RL evaluation, and is evaluated after the steps it took (--resume trains it on).
+would leave no room for its after-RL evaluation, and is evaluated after the steps it took (--resume trains it on);
+an evaluation longer than the time left (the RL runs' and the control's) stops between its chunks and goes on with
+--resume in the next call.
 In sequence, the first run gets an equal share of the time left and its steps set the others' (they are not cut by
 the clock), so the runs keep an equal budget; in parallel each run is cut by the clock alone and the summary says
 after how many steps each was evaluated.
@@ -383,8 +385,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_control(args, extra: list[str], config, rl_steps: int, deadline: float | None) -> bool:
     """The SFT-only control for `rl_steps` RL steps (the module docstring says what it is); False if its run failed.
-    Left alone when made for these steps already; skipped when the time left is shorter than the warm start's
-    evaluation took (its own is as long)."""
+    Left alone when made for these steps already; given the time left, its evaluation stops between chunks at the
+    deadline and goes on in the next call."""
     from proxycomp.gym_bridge.rl.warmstart import STATE_FILE
 
     folder, warm = args.out / CONTROL, args.out / "warmstart"
@@ -397,10 +399,12 @@ def run_control(args, extra: list[str], config, rl_steps: int, deadline: float |
     if made_for_these_steps(folder / CONTROL_FILE):
         print(f"{CONTROL}: finished earlier, left alone", flush=True)
         return True
-    needed = json.loads((warm / "eval_before.json").read_text())["seconds"]
-    if deadline is not None and time.perf_counter() + needed > deadline:
-        print(f"{CONTROL}: no time left for its evaluation (~{needed:.0f} s); --resume makes it", flush=True)
-        return True
+    limit = []
+    if deadline is not None:
+        if time.perf_counter() >= deadline:
+            print(f"{CONTROL}: no time left (--max_time_s); --resume makes it", flush=True)
+            return True
+        limit = ["--max_time_s", f"{max(deadline - time.perf_counter(), 1.0):.0f}"]
     model, plan = folder / "warmstart" / "model.ckpt", folder / PLAN_FILE
     going_on = model.is_file() and made_for_these_steps(plan)
     if going_on:
@@ -424,9 +428,13 @@ def run_control(args, extra: list[str], config, rl_steps: int, deadline: float |
         shutil.copytree(warm, folder / "warmstart", ignore=shutil.ignore_patterns("model.ckpt", "eval_before.json"))
         write_atomic(plan, json.dumps(wanted))
     steps = wanted["warmstart_steps"] + wanted["sft_steps"]
-    command = rl_command(args.config, args.ckpt, folder, [*extra, "--warmstart_only", "--warmstart.steps", str(steps)])
+    command = rl_command(args.config, args.ckpt, folder,
+                         [*extra, *limit, "--warmstart_only", "--warmstart.steps", str(steps)])
     if run_logged(command, args.out / f"{CONTROL}.log", append=going_on).wait():
         return False
+    if not (folder / "warmstart" / "eval_before.json").is_file():  # its evaluation stopped for time
+        print(f"{CONTROL}: its evaluation goes on in the next call (--resume)", flush=True)
+        return True
     write_atomic(folder / CONTROL_FILE, json.dumps(wanted))
     return True
 

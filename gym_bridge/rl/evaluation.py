@@ -9,7 +9,9 @@ before/after table; `rl.compare` adds confidence intervals.
 A set is measured in chunks of `evaluation.chunk_tasks` tasks (one chunk: the whole set), each sampled from its own
 seeded generator; every finished chunk's episodes are kept in OUT/eval_progress.json under the key of what is
 measured (phase, settings, the weights rounded to bf16), so an evaluation killed by a device call's time limit goes
-on in the next call where it stopped, and gives the rows an uninterrupted one would.
+on in the next call where it stopped, and gives the rows an uninterrupted one would. Given a deadline (the run's
+`max_time_s`), a measurement stops before a chunk that would end past it (a chunk is reckoned as long as the longest
+one measured), so a call spends its last minutes on nothing it will throw away.
 """
 from __future__ import annotations
 
@@ -98,6 +100,10 @@ class EvaluationConfig:
             raise RLConfigError(f"evaluation.sizes: {unknown or 'empty'}; use sizes from {', '.join(SIZES)}")
 
 
+class OutOfTime(Exception):
+    """A measurement stopped before a chunk that would end past its deadline; the chunks before are kept."""
+
+
 @dataclass
 class EvalRow:
     phase: str
@@ -153,15 +159,19 @@ class Progress:
 
 def evaluate_policy(
     policy: Policy, evaluator: Evaluator, size: str, sets: dict[str, Sequence[Task]], rollout: RolloutConfig,
-    config: EvaluationConfig, phase: str, progress: Progress | None = None,
+    config: EvaluationConfig, phase: str, progress: Progress | None = None, deadline: float | None = None,
+    chunk_s: float = 0.0,
 ) -> tuple[list[EvalRow], float, list[dict]]:
     """Per set, one row per task plus an "all" row; the seconds measuring took (chunks taken from `progress`
     count the seconds they took then); and the replies of `config.replies` tasks per set. Chunk i of every set
-    samples from seed + i, so phases see the same random stream; all samples of a task fall in one chunk."""
+    samples from seed + i, so phases see the same random stream; all samples of a task fall in one chunk.
+    Raises OutOfTime before a chunk that, as long as the longest seen (or `chunk_s`), would end past `deadline`
+    (a `time.monotonic()` instant)."""
     episode_config = replace(rollout, samples_per_task=config.samples_per_task, turns=config.turns,
                              temperature=config.temperature, top_p=config.top_p)
     device = next(policy.module.parameters()).device
     rows, seconds, replies = [], 0.0, []
+    longest = max([chunk_s, *(c["seconds"] for c in progress.chunks.values())] if progress is not None else [chunk_s])
     for split, tasks in sets.items():
         trajectories = []
         width = config.chunk_tasks or max(len(tasks), 1)
@@ -170,6 +180,9 @@ def evaluate_policy(
             kept = progress.get(name) if progress is not None else None
             if kept is None:
                 started, timings = time.monotonic(), {}
+                if deadline is not None and started + longest > deadline:
+                    raise OutOfTime(f"evaluation {phase}: stopped before {split} ({size}) chunk {index + 1}: "
+                                    f"~{longest:.0f} s, {max(deadline - started, 0):.0f} s left of max_time_s")
                 generator = torch.Generator(device=device).manual_seed(config.seed + index)
                 done = run_episodes(policy, evaluator, tasks[start:start + width], episode_config, generator=generator,
                                     timings=timings)
@@ -181,6 +194,7 @@ def evaluate_policy(
                       f"{timings['gym_wait_s']:.0f} s waiting for the gym)", flush=True)
                 if progress is not None:
                     progress.put(name, *kept)
+                longest = max(longest, kept[1])
             trajectories += kept[0]
             seconds += kept[1]
             replies += [{"size": size, "set": split, **reply} for reply in kept[2]]
@@ -211,12 +225,20 @@ class HeldOut:
     """The held-out evaluation of one run: the policy on `sets` at every size of `config.sizes`, judged by
     `evaluator` at that size (over its pool), its rows kept in OUT/eval_before.json and OUT/eval_after.json and
     tabled in OUT/eval.md with the `code` figures. `settings` (what decides what it measures) key the rows kept
-    beside a warm start."""
+    beside a warm start. With a `deadline` (a `time.monotonic()` instant) a measurement raises OutOfTime before a
+    chunk that would end past it, reckoning a chunk as long as the longest one measured, or as the mean chunk of an
+    earlier measurement of this run."""
 
     def __init__(self, sets: dict[str, Sequence[Task]], evaluator: Evaluator, rollout: RolloutConfig,
-                 config: EvaluationConfig, settings: dict, out_dir: Path, code: CodeBpb) -> None:
+                 config: EvaluationConfig, settings: dict, out_dir: Path, code: CodeBpb,
+                 deadline: float | None = None) -> None:
         self.sets, self.evaluator, self.rollout, self.config = sets, evaluator, rollout, config
-        self.settings, self.out_dir, self.code = settings, Path(out_dir), code
+        self.settings, self.out_dir, self.code, self.deadline = settings, Path(out_dir), code, deadline
+        self.chunk_s = 0.0  # the mean chunk of the measurements so far: the first chunk of the next one is as long
+
+    def _took(self, seconds: float) -> None:
+        chunks = sum(-(-len(tasks) // (self.config.chunk_tasks or max(len(tasks), 1))) for tasks in self.sets.values())
+        self.chunk_s = max(self.chunk_s, seconds / max(chunks * len(self.config.sizes), 1))
 
     def measure(self, policy: Policy, phase: str) -> tuple[list[dict], float]:
         """The rows of `policy` in `phase` and the seconds measuring them took, going on from the chunks that
@@ -229,12 +251,14 @@ class HeldOut:
         rows, seconds, replies = [], 0.0, []
         for size in self.config.sizes:
             measured, took, shown = evaluate_policy(policy, self.evaluator.at_size(size), size, self.sets,
-                                                    self.rollout, self.config, phase, progress)
+                                                    self.rollout, self.config, phase, progress, self.deadline,
+                                                    self.chunk_s)
             rows += [dataclasses.asdict(r) for r in measured]
             seconds += took
             replies += shown
         self._keep_replies(phase, replies)
         print(f"evaluation {phase}: {seconds:.0f} s", flush=True)
+        self._took(seconds)
         return rows, seconds
 
     def _keep_replies(self, phase: str, replies: list[dict]) -> None:
@@ -266,6 +290,7 @@ class HeldOut:
                 kept = json.loads(cache.read_text())
                 if kept["settings"] == json.loads(json.dumps(self.settings)):
                     print(f"evaluation before RL: reusing the warm start's ({cache})", flush=True)
+                    self._took(kept["seconds"])
                     return kept["rows"], kept["seconds"]
             except (ValueError, KeyError, TypeError) as err:  # a damaged file is measured again, not trusted
                 print(f"evaluation before RL: {cache} is unreadable ({err!r}); measuring again", flush=True)
@@ -276,11 +301,18 @@ class HeldOut:
 
     def before_rl(self, policy: Policy, warm_dir: Path | None, resume: bool,
                   keep: bool = True) -> tuple[list[dict], float | None]:
-        """The run's rows before RL, and the seconds they took (None: measured by the run that is resumed), kept in
-        OUT/eval_before.json unless `keep` is False (a warm start alone: its rows stay beside its model)."""
+        """The run's rows before RL, and the seconds they took (resumed: what its warm start's kept evaluation took,
+        or None), kept in OUT/eval_before.json unless `keep` is False (a warm start alone: its rows stay beside its
+        model)."""
         path = self.out_dir / "eval_before.json"
         if resume and path.is_file():  # a fresh run re-measures, or reuses its warm start's rows
-            return json.loads(path.read_text()), None
+            seconds = None
+            try:
+                seconds = float(json.loads((self.out_dir / "warmstart" / "eval_before.json").read_text())["seconds"])
+                self._took(seconds)
+            except (OSError, ValueError, KeyError, TypeError):  # no warm start, or its file damaged: no estimate
+                pass
+            return json.loads(path.read_text()), seconds
         rows, seconds = self.baseline(policy, warm_dir)
         if keep:
             write_atomic(path, json.dumps(rows))

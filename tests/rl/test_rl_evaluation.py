@@ -1,7 +1,9 @@
-"""The held-out evaluation in chunks: one killed midway goes on from its finished chunks and gives the rows of an
-uninterrupted one; a chunk is reused only for the same phase, settings and weights (bf16 rounding aside)."""
+"""The held-out evaluation in chunks: one killed midway, or stopped by its deadline, goes on from its finished chunks
+and gives the rows of an uninterrupted one; a chunk is reused only for the same phase, settings and weights (bf16
+rounding aside)."""
 import json
 import re
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from proxycomp.gym_bridge.extract import extract_code
 from proxycomp.gym_bridge.result import EvalResult
 from proxycomp.gym_bridge.reward import compute_reward
 from proxycomp.gym_bridge.rl.cli import RLConfigError, parse_config
-from proxycomp.gym_bridge.rl.evaluation import PROGRESS_FILE, REPLIES_FILE, EvaluationConfig, HeldOut
+from proxycomp.gym_bridge.rl.evaluation import PROGRESS_FILE, REPLIES_FILE, EvaluationConfig, HeldOut, OutOfTime
 from proxycomp.gym_bridge.rl.rollout import RolloutConfig
 from proxycomp.gym_bridge.rl.warmstart import reply_text
 from proxycomp.gym_bridge.tasks import load_task
@@ -67,8 +69,9 @@ class CodeGym:
         return results
 
 
-def held_out(gym, out, config=CONFIG):
-    return HeldOut({"heldout": TASKS}, gym, ROLLOUT, config, {"evaluation": "settings"}, out, code=None)
+def held_out(gym, out, config=CONFIG, deadline=None):
+    return HeldOut({"heldout": TASKS}, gym, ROLLOUT, config, {"evaluation": "settings"}, out, code=None,
+                   deadline=deadline)
 
 
 @pytest.fixture
@@ -94,6 +97,27 @@ def test_a_killed_evaluation_goes_on_where_it_stopped(uninterrupted, tmp_path, c
     assert re.fullmatch(r"evaluation before RL: heldout \(cpu\) chunk 3 of 3, 3 episodes in \d+ s "
                         r"\(\d+ s sampling, \d+ s waiting for the gym\)", printed), printed
     assert json.loads((tmp_path / REPLIES_FILE).read_text()) == replies  # the kept chunks keep their replies too
+
+
+def test_a_deadline_stops_the_evaluation_between_chunks(uninterrupted, tmp_path):
+    """No chunk starts that would end past the deadline, reckoned as long as the longest chunk measured (or the mean
+    chunk of the run's earlier measurement); the chunks before are kept, and a later call goes on from them."""
+    policy, rows, _ = uninterrupted
+    with pytest.raises(RuntimeError):
+        held_out(CodeGym(fail_on="silu"), tmp_path).measure(policy, "before RL")  # relu's chunk is kept
+    gym = CodeGym()
+    with pytest.raises(OutOfTime, match=r"stopped before heldout \(cpu\) chunk 2: ~\d+ s, 0 s left of max_time_s"):
+        held_out(gym, tmp_path, deadline=time.monotonic() - 1).measure(policy, "before RL")
+    assert gym.tasks == set() and (tmp_path / PROGRESS_FILE).is_file()
+    evaluation = held_out(gym, tmp_path, deadline=time.monotonic() + 3600)
+    resumed, seconds = evaluation.measure(policy, "before RL")
+    assert resumed == rows and gym.tasks == {"silu", "gelu_tanh"}
+    assert evaluation.chunk_s == pytest.approx(seconds / len(TASKS))  # the next measurement's first guess
+    evaluation.done()
+    evaluation.chunk_s = 7200.0  # an earlier measurement's chunks took longer than the hour left: none starts
+    with pytest.raises(OutOfTime, match="chunk 1: ~7200 s"):
+        evaluation.measure(policy, "after 3 steps")
+    assert gym.tasks == {"silu", "gelu_tanh"}
 
 
 def test_the_replies_of_the_first_tasks_are_kept_by_phase(uninterrupted, tmp_path):

@@ -457,6 +457,13 @@ def test_end_to_end_smoke(tiny_ckpt, tmp_path, capsys):
     assert [r["task"] for r in json.loads((out / "eval_after.json").read_text())] == ["relu", "all"]
     first = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert first["time/generate_s"] > 0 and first["time/gym_wait_s"] > 0
+    # Calls with no time left: no step, and no evaluation after fewer steps than asked (it waits for the last); an
+    # evaluation that is due stops before its first chunk. Nothing kept is lost.
+    assert proxycomp(["rl", *common, "--steps", "3", "--resume", "--max_time_s", "1e-6"]) == 0
+    assert ("stopped at step 2 of 3: max_time_s=1e-06 leaves no room for another step, nor for the evaluation, "
+            "which waits for the last step") in capsys.readouterr().out
+    assert proxycomp(["rl", *common, "--steps", "2", "--resume", "--max_time_s", "1e-6"]) == 0
+    assert "evaluation after 2 steps: stopped before train (cpu) chunk 1" in capsys.readouterr().out
     assert proxycomp(["rl", *common, "--steps", "3", "--resume"]) == 0
     assert "resumed at step 2" in capsys.readouterr().out
     assert list(json.loads((out / "code_bpb.json").read_text())) == [*phases, "after 3 steps"]
