@@ -50,6 +50,7 @@ from . import wire
 from .config import EvalConfig, Job
 from .op_audit import GLUE_OPS
 from .result import EvalResult
+from .static_checks import parse_candidate
 from .reward import finish
 from .timing import DeviceLock, clock, draw_inputs, projection, projection_tolerance, refill, timed_call
 
@@ -231,7 +232,7 @@ class CandidateProcess:
 def triton_functions(code: str) -> set[str]:
     """Names of the functions the source decorates with triton.jit or triton.autotune/heuristics."""
     names = set()
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(parse_candidate(code)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for dec in node.decorator_list:
                 text = ast.unparse(dec)

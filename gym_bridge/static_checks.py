@@ -14,6 +14,7 @@ what no honest kernel writes.
 from __future__ import annotations
 
 import ast
+import warnings
 from dataclasses import dataclass, field
 
 PATCHABLE_ROOTS = {"torch", "triton", "tl", "time", "F", "nn", "np", "numpy", "os", "sys", "math", "builtins"}
@@ -194,11 +195,21 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+def parse_candidate(code: str) -> ast.Module:
+    """The candidate's syntax tree, without the warnings its odd literals (e.g. "\\l" in a plain string: a
+    SyntaxWarning from Python 3.12, a DeprecationWarning before) would print into the judge's log, or raise where
+    warnings are errors: they say nothing about the verdict."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ast.parse(code)
+
+
 def check_source(code: str) -> StaticReport:
     """Static verdicts and warnings for `code` (see the module docstring for the policy)."""
     report = StaticReport()
     try:
-        tree = ast.parse(code)
+        tree = parse_candidate(code)
     except SyntaxError as exc:
         report.syntax_error = f"SyntaxError: {exc.msg} (line {exc.lineno})"
         return report

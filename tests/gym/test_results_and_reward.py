@@ -1,10 +1,11 @@
 import json
 import statistics
+import warnings
 
 import pytest
 
 from proxycomp.gym_bridge import EvalConfig, EvalResult, RewardWeights
-from proxycomp.gym_bridge.judge import device_verdict, judge_clock
+from proxycomp.gym_bridge.judge import device_verdict, judge_clock, triton_functions
 from proxycomp.gym_bridge.result import FEEDBACK_LIMIT
 from proxycomp.gym_bridge.reward import compute_reward
 from proxycomp.gym_bridge.static_checks import check_source
@@ -106,6 +107,16 @@ def test_static_warnings_are_not_verdicts():
 def test_static_reports_syntax_errors_and_missing_model_new():
     assert "SyntaxError" in check_source("def (:").syntax_error
     assert "ModelNew" in check_source("x = 1").syntax_error
+
+
+def test_odd_literals_parse_without_a_warning_in_the_judges_log():
+    """An invalid escape or a number run into a keyword warns at parse time (SyntaxWarning from Python 3.12); the
+    checks parse quietly, so the RL log holds no such lines and warnings-as-errors does not turn them into a
+    SyntaxError verdict."""
+    code = 'import triton\npattern = "\\d+\\l"\nx = 1if True else 2\n@triton.jit\ndef k(): pass\nclass ModelNew: pass\n'
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert check_source(code).syntax_error == "" and triton_functions(code) == {"k"}
 
 
 def test_a_job_crosses_the_judge_boundary_typed():
