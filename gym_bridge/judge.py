@@ -50,8 +50,8 @@ from . import wire
 from .config import EvalConfig, Job
 from .op_audit import GLUE_OPS
 from .result import EvalResult
-from .static_checks import parse_candidate
 from .reward import finish
+from .static_checks import parse_candidate
 from .timing import DeviceLock, clock, draw_inputs, projection, projection_tolerance, refill, timed_call
 
 OUTPUT_TAIL_BYTES = 2000

@@ -99,6 +99,10 @@ class EvaluationConfig:
         if unknown or not self.sizes:
             raise RLConfigError(f"evaluation.sizes: {unknown or 'empty'}; use sizes from {', '.join(SIZES)}")
 
+    def chunk_width(self, tasks: int) -> int:
+        """Tasks per chunk of a set of `tasks` tasks."""
+        return self.chunk_tasks or max(tasks, 1)
+
 
 class OutOfTime(Exception):
     """A measurement stopped before a chunk that would end past its deadline; the chunks before are kept."""
@@ -174,7 +178,7 @@ def evaluate_policy(
     longest = max([chunk_s, *(c["seconds"] for c in progress.chunks.values())] if progress is not None else [chunk_s])
     for split, tasks in sets.items():
         trajectories = []
-        width = config.chunk_tasks or max(len(tasks), 1)
+        width = config.chunk_width(len(tasks))
         for index, start in enumerate(range(0, len(tasks), width)):
             name = f"{size}|{split}|{index}"
             kept = progress.get(name) if progress is not None else None
@@ -237,7 +241,7 @@ class HeldOut:
         self.chunk_s = 0.0  # the mean chunk of the measurements so far: the first chunk of the next one is as long
 
     def _took(self, seconds: float) -> None:
-        chunks = sum(-(-len(tasks) // (self.config.chunk_tasks or max(len(tasks), 1))) for tasks in self.sets.values())
+        chunks = sum(-(-len(tasks) // self.config.chunk_width(len(tasks))) for tasks in self.sets.values())
         self.chunk_s = max(self.chunk_s, seconds / max(chunks * len(self.config.sizes), 1))
 
     def measure(self, policy: Policy, phase: str) -> tuple[list[dict], float]:
