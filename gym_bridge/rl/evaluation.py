@@ -10,8 +10,8 @@ A set is measured in chunks of `evaluation.chunk_tasks` tasks (one chunk: the wh
 seeded generator; every finished chunk's episodes are kept in OUT/eval_progress.json under the key of what is
 measured (phase, settings, the weights rounded to bf16), so an evaluation killed by a device call's time limit goes
 on in the next call where it stopped, and gives the rows an uninterrupted one would. Given a deadline (the run's
-`max_time_s`), a measurement stops before a chunk that would end past it (a chunk is reckoned as long as the longest
-one measured), so a call spends its last minutes on nothing it will throw away.
+`max_time_s`), a measurement stops before a chunk that would end past it (a chunk is reckoned CHUNK_MARGIN times as
+long as the longest one measured), so a call spends its last minutes on nothing it will throw away.
 """
 from __future__ import annotations
 
@@ -104,6 +104,13 @@ class EvaluationConfig:
         return self.chunk_tasks or max(tasks, 1)
 
 
+# Chunks of one evaluation differ in length (on an H100, 145-164 s for 92 episodes; a bucket's chunks can be longer
+# than those of the bucket before, which set the estimate), and a run started by compare_rl counts its max_time_s
+# from after its imports: reckoned as long as the longest so far, a 164 s chunk started after 155 s ones ran into the
+# device call's kill.
+CHUNK_MARGIN = 1.15
+
+
 class OutOfTime(Exception):
     """A measurement stopped before a chunk that would end past its deadline; the chunks before are kept."""
 
@@ -169,8 +176,8 @@ def evaluate_policy(
     """Per set, one row per task plus an "all" row; the seconds measuring took (chunks taken from `progress`
     count the seconds they took then); and the replies of `config.replies` tasks per set. Chunk i of every set
     samples from seed + i, so phases see the same random stream; all samples of a task fall in one chunk.
-    Raises OutOfTime before a chunk that, as long as the longest seen (or `chunk_s`), would end past `deadline`
-    (a `time.monotonic()` instant)."""
+    Raises OutOfTime before a chunk that, CHUNK_MARGIN times as long as the longest seen (or `chunk_s`), would end
+    past `deadline` (a `time.monotonic()` instant)."""
     episode_config = replace(rollout, samples_per_task=config.samples_per_task, turns=config.turns,
                              temperature=config.temperature, top_p=config.top_p)
     device = next(policy.module.parameters()).device
@@ -184,9 +191,10 @@ def evaluate_policy(
             kept = progress.get(name) if progress is not None else None
             if kept is None:
                 started, timings = time.monotonic(), {}
-                if deadline is not None and started + longest > deadline:
+                if deadline is not None and started + longest * CHUNK_MARGIN > deadline:
                     raise OutOfTime(f"evaluation {phase}: stopped before {split} ({size}) chunk {index + 1}: "
-                                    f"~{longest:.0f} s, {max(deadline - started, 0):.0f} s left of max_time_s")
+                                    f"~{longest * CHUNK_MARGIN:.0f} s, {max(deadline - started, 0):.0f} s left of "
+                                    "max_time_s")
                 generator = torch.Generator(device=device).manual_seed(config.seed + index)
                 done = run_episodes(policy, evaluator, tasks[start:start + width], episode_config, generator=generator,
                                     timings=timings)
@@ -230,8 +238,8 @@ class HeldOut:
     `evaluator` at that size (over its pool), its rows kept in OUT/eval_before.json and OUT/eval_after.json and
     tabled in OUT/eval.md with the `code` figures. `settings` (what decides what it measures) key the rows kept
     beside a warm start. With a `deadline` (a `time.monotonic()` instant) a measurement raises OutOfTime before a
-    chunk that would end past it, reckoning a chunk as long as the longest one measured, or as the mean chunk of an
-    earlier measurement of this run."""
+    chunk that would end past it, reckoning a chunk CHUNK_MARGIN times as long as the longest one measured, or as
+    the mean chunk of an earlier measurement of this run."""
 
     def __init__(self, sets: dict[str, Sequence[Task]], evaluator: Evaluator, rollout: RolloutConfig,
                  config: EvaluationConfig, settings: dict, out_dir: Path, code: CodeBpb,
