@@ -18,7 +18,7 @@ in two launches over the same rows: the configured blocks take the "long" tiles,
 tiles whose document span (the keys the big tile would visit, or the queries for a key tile) is at most
 `short_span`. Every program of both launches classifies its big tile from the document bounds on the device and
 returns at once if the tile belongs to the other launch: no host sync, and each row is written by one program.
-Measured on the H200, this pays at head size 128 and 32-128 documents per row, not at head size 64 (SHORT_TILES).
+Measured, it pays only at head size 128 with 32-128 documents per row, and only on the GPU (SHORT_TILES).
 
 Each kernel walks its key (or query) range in three phases: a masked head (document boundary), an
 unmasked middle, and a masked tail (diagonal / sequence end / document end). Only the phases that
@@ -221,21 +221,6 @@ def _attn_fwd_kernel(
 
 
 @triton.jit
-def _attn_bwd_delta_kernel(O, DO, DELTA, sob, soh, sos, sdob, sdoh, sdos, H, S,
-                           HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
-    """delta = rowsum(o * do), the softmax-backward term shared by the dk/dv and dq passes."""
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
-    ok = offs_m < S
-    o = tl.load(O + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :], mask=ok[:, None], other=0.0)
-    do = tl.load(DO + b * sdob + h * sdoh + offs_m[:, None] * sdos + offs_d[None, :], mask=ok[:, None], other=0.0)
-    tl.store(DELTA + pid_bh * S + offs_m, tl.sum(o.to(tl.float32) * do.to(tl.float32), 1), mask=ok)
-
-
-@triton.jit
 def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqs, sdos, offs_n, start_k, end_k,
                  lo, hi, S, qk_scale2, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
                  CAUSAL: tl.constexpr, FP32_DOT: tl.constexpr):
@@ -364,13 +349,16 @@ def _dq_blocks(dq, q, do, lse, delta, k_base, v_base, sks, svs, offs_m, start_q,
 
 @triton.jit
 def _attn_bwd_dq_kernel(
-    Q, K, V, DO, LSE, DELTA, DQ, DOC_START, DOC_END,
-    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos, sdqb, sdqh, sdqs,
+    Q, K, V, O, DO, LSE, DELTA, DQ, DOC_START, DOC_END,
+    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos, sdob, sdoh, sdos, sdqb, sdqh, sdqs,
     H, S, qk_scale2, sm_scale, short_span,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
     SUPER: tl.constexpr, TILES: tl.constexpr,
 ):
+    """One query block: dq, and first delta = rowsum(o * do), the softmax-backward term of its rows, which it
+    stores for the dk/dv pass that runs after it. Each row has one dq program, so this replaces a launch of its own
+    that read o and do once more (~42 us per d768 layer on an H100, BENCHMARKS.md)."""
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -389,7 +377,9 @@ def _attn_bwd_dq_kernel(
     do = tl.load(DO + b * sdob + h * sdoh + offs_m[:, None] * sdos + offs_d[None, :], mask=row_ok[:, None],
                  other=0.0)
     lse = tl.load(LSE + pid_bh * S + offs_m, mask=row_ok, other=0.0)
-    delta = tl.load(DELTA + pid_bh * S + offs_m, mask=row_ok, other=0.0)
+    o = tl.load(O + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(DELTA + pid_bh * S + offs_m, delta, mask=row_ok)
     start_q, end_q, start_first, start_last, end_first, end_last = _doc_bounds(
         DOC_START, DOC_END, b * S, offs_m, m0, last, S, HAS_DOCS)
     lo, full_lo, full_hi, hi = _key_phases(m0, last, start_first, start_last, end_first, end_last, S,
@@ -412,8 +402,7 @@ def _attn_bwd_dq_kernel(
 # launchers
 # ----------------------------------------------------------------------------------------------
 # Launches after a kernel's first call with the same arguments skip Triton's per-call dispatch (kernels/launching.py).
-_FWD, _DELTA, _DKDV, _DQ = map(Launcher, (_attn_fwd_kernel, _attn_bwd_delta_kernel, _attn_bwd_dkdv_kernel,
-                                          _attn_bwd_dq_kernel))
+_FWD, _DKDV, _DQ = map(Launcher, (_attn_fwd_kernel, _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -452,10 +441,13 @@ _CONFIG_FIELDS = tuple(field.name for field in dataclasses.fields(AttentionConfi
 # The short-document tiles' settings per head size (64: sizes up to 64): spans up to two big tiles, in blocks that
 # waste fewer masked pairs on documents of a few hundred positions and leave room for several programs per
 # multiprocessor to hide each short loop's latency. Picked by that reasoning, then timed against the single launch
-# in the same runs (`bench_kernels --parts flex`, three H200 calls, BENCHMARKS.md): at head size 128 they are
-# faster at 32 and 128 documents per row (0.68-0.69 vs 0.73 ms, 0.50 vs 0.64-0.65 as graphs); at head size 64 the
-# single launch was faster at every row (e.g. 0.53-0.54 vs 0.64 ms at 32 documents, 1.82-1.84 vs 1.87-1.90 on the
-# spm stream), so the default uses them at 128 only.
+# in the same runs (`bench_kernels --parts flex`, BENCHMARKS.md). At head size 64 the single launch was faster at
+# every row. At head size 128 the short tiles are faster on the GPU at 32 and 128 documents per row (as graphs, H200
+# 0.68-0.69 vs 0.73 ms and 0.50 vs 0.64-0.65; H100 0.73 vs 0.76 and 0.56 vs 0.67) and 1-3.5% slower at 1 and 8
+# documents, on 512-position documents and on the spm stream; launched from the host, as training launches them,
+# their extra launches cost more than they save on the H100 of 2026-12-06 (0.99 vs 0.77 ms at 32 documents, 1.03
+# vs 0.83 at 128). So the default is one launch per pass at both sizes; these stay an option (`with_short_tiles`,
+# the flex part's `ours_other`).
 SHORT_TILES = {64: dict(short_span=128, short_block=32, short_step=32),
                128: dict(short_span=256, short_block=64, short_step=32)}
 
@@ -475,7 +467,7 @@ def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
                                short_stages=1)
     if head_dim <= 64:
         return AttentionConfig(64, 64, 4, 3, 64, 64, 64, 64, 4, 3)
-    return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3, **SHORT_TILES[128])
+    return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3)
 
 
 def _check_config(cfg: AttentionConfig) -> None:
@@ -602,23 +594,21 @@ def _launch_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal: bool, scale: fl
     common = dict(GROUP=heads // kv_heads, HEAD_DIM=head_dim, CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip,
                   FP32_DOT=_fp32_dot(q.dtype))
     do_strides = do.stride()[:3]
-    _DELTA[(cdiv(seq_len, 64), batch * heads)](
-        o, do, delta, *o.stride()[:3], *do_strides, heads, seq_len, HEAD_DIM=head_dim, BLOCK_M=64,
-    )
-    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do_strides)
-    for block_n, block_m, warps, stages, tiles in _launches(cfg, cfg.dkdv_block_n, cfg.dkdv_block_m, cfg.bwd_warps,
-                                                            cfg.bwd_stages, short):
-        _DKDV[(cdiv(seq_len, block_n), batch * kv_heads)](
-            q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *strides, *dk.stride()[:3], *dv.stride()[:3],
-            heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m, BLOCK_N=block_n,
-            SUPER=cfg.dkdv_block_n, TILES=tiles, num_warps=warps, num_stages=stages, **common,
-        )
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3])
+    # dq first: its programs also write delta, which the dk/dv pass reads.
     for block_m, block_n, warps, stages, tiles in _launches(cfg, cfg.dq_block_m, cfg.dq_block_n, cfg.bwd_warps,
                                                             cfg.bwd_stages, short):
         _DQ[(cdiv(seq_len, block_m), batch * heads)](
-            q, k, v, do, lse, delta, dq, doc_start, doc_end, *strides, *dq.stride()[:3],
-            heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m, BLOCK_N=block_n,
+            q, k, v, o, do, lse, delta, dq, doc_start, doc_end, *strides, *o.stride()[:3], *do_strides,
+            *dq.stride()[:3], heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m, BLOCK_N=block_n,
             SUPER=cfg.dq_block_m, TILES=tiles, num_warps=warps, num_stages=stages, **common,
+        )
+    for block_n, block_m, warps, stages, tiles in _launches(cfg, cfg.dkdv_block_n, cfg.dkdv_block_m, cfg.bwd_warps,
+                                                            cfg.bwd_stages, short):
+        _DKDV[(cdiv(seq_len, block_n), batch * kv_heads)](
+            q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *strides, *do_strides, *dk.stride()[:3],
+            *dv.stride()[:3], heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m, BLOCK_N=block_n,
+            SUPER=cfg.dkdv_block_n, TILES=tiles, num_warps=warps, num_stages=stages, **common,
         )
     return dq, dk, dv
 

@@ -62,7 +62,6 @@ def attention_builds(head_dim: int):
                 yield (f"attention {name} {('single launch', 'long tiles', 'short tiles')[tiles]}", fn, qkv,
                        {rows: tile, step: tile_step, "SUPER": block, "TILES": tiles, **flags}, tile_warps,
                        tile_stages)
-    yield ("attention delta", A._attn_bwd_delta_kernel, qkv, dict(HEAD_DIM=head_dim, BLOCK_M=64), 4, 1)
 
 
 def embedding_builds():

@@ -2,7 +2,7 @@
 
 `kernel[grid](...)` binds and specializes every argument, hashes a cache key and checks the globals the kernel read,
 on every call: 22-37 us a launch on the H200 (triton 3.6), where the built kernel's own launcher takes ~9 us
-(BENCHMARKS.md, Kernels, 2026-12-04). The attention makes seven launches per forward + backward, so on short
+(BENCHMARKS.md, Kernels, 2026-12-04). The attention then made seven launches per forward + backward, so on short
 documents the GPU waited for the host. `Launcher` keeps the built kernels Triton returned, keyed by all that Triton
 specializes a build on and more (each scalar's exact value, each tensor's dtype and 16-byte alignment, the
 constexprs, warps, stages and device), and launches a key it has seen through that kernel's launcher, as Triton's own
