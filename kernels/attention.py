@@ -467,7 +467,8 @@ def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
                                short_stages=1)
     if head_dim <= 64:
         # The dk/dv pass steps 32 queries at a time: on 512-position documents 0.526 vs 0.555 ms fwd+bwd at the d768
-        # shape, at one document a tie (H100 sweeps, 2026-12-05 and 2026-12-06).
+        # shape, at one document a tie (H100 sweeps, 2026-12-05 and 2026-12-06). Its sm_90 build spills no
+        # registers, where a step of 64 spills 280 bytes a thread (cuobjdump -res-usage).
         return AttentionConfig(64, 64, 4, 3, 64, 32, 64, 64, 4, 3)
     return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3)
 
