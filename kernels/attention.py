@@ -24,6 +24,12 @@ Each kernel walks its key (or query) range in three phases: a masked head (docum
 unmasked middle, and a masked tail (diagonal / sequence end / document end). Only the phases that
 can hold masked entries pay for the mask.
 
+Phase order. With documents, a block's range comes from the bounds a program loads first, and a loop whose range
+is not known cannot issue its first loads: each program would wait one memory round trip before any key block.
+Causal, the diagonal phase depends on the block's position alone, so the kernels walk it first (the forward and dq
+passes walk their key phases tail, middle, head; the online softmax takes key blocks in any order) and the bounds
+arrive behind its work.
+
 Scores are kept in the log2 domain: log2(e) is folded into the scale so the softmax uses exp2, and
 the saved row statistic is lse2 = max + log2(sum).
 """
@@ -123,12 +129,17 @@ def _visible(m, n, start, end, CAUSAL: tl.constexpr, KEY_SIDE: tl.constexpr = Fa
 @triton.jit
 def _key_phases(m0, last, start_first, start_last, end_first, end_last, S,
                 BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, SKIP: tl.constexpr):
-    """Key ranges for a query block: masked [lo, full_lo), unmasked [full_lo, full_hi), masked [full_hi, hi)."""
+    """Key ranges for a query block: masked [lo, mid_lo), unmasked [mid_lo, tail_lo), masked [tail_lo, hi).
+
+    Causal, the masked tail (the diagonal) depends on m0 alone, not on the document bounds: the kernels walk it first,
+    so its loads go out while the bounds' loads are in flight, instead of every program waiting for them before its
+    first key block (module docstring: Phase order)."""
     if CAUSAL:
         hi = last + 1
-        full_end = m0 + 1  # a key block is visible to every row once it ends at or before the first row
+        # Key blocks that end at or before the first row are visible to every row of a shared document. The diagonal
+        # starts at or after lo: the first row's document starts at or before m0.
+        tail_lo = ((m0 + 1) // BLOCK_N) * BLOCK_N
     else:
-        full_end = end_first
         if SKIP:
             hi = end_last
         else:
@@ -138,8 +149,10 @@ def _key_phases(m0, last, start_first, start_last, end_first, end_last, S,
     else:
         lo = start_first * 0
     full_lo = tl.minimum(tl.cdiv(start_last, BLOCK_N) * BLOCK_N, hi)
-    full_hi = tl.maximum((tl.minimum(full_end, S) // BLOCK_N) * BLOCK_N, full_lo)
-    return lo, full_lo, full_hi, hi
+    if not CAUSAL:
+        tail_lo = tl.maximum((tl.minimum(end_first, S) // BLOCK_N) * BLOCK_N, full_lo)
+    mid_lo = tl.minimum(full_lo, tail_lo)
+    return lo, mid_lo, tail_lo, hi
 
 
 @triton.jit
@@ -179,7 +192,7 @@ def _attn_fwd_kernel(
     H, S, qk_scale2, short_span,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
-    SUPER: tl.constexpr, TILES: tl.constexpr,
+    SUPER: tl.constexpr, TILES: tl.constexpr, TAIL_FIRST: tl.constexpr,
 ):
     # Causal blocks further down the sequence do more work: launch them first for a shorter tail.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -199,20 +212,26 @@ def _attn_fwd_kernel(
     q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :], mask=row_ok[:, None], other=0.0)
     start_q, end_q, start_first, start_last, end_first, end_last = _doc_bounds(
         DOC_START, DOC_END, b * S, offs_m, m0, last, S, HAS_DOCS)
-    lo, full_lo, full_hi, hi = _key_phases(m0, last, start_first, start_last, end_first, end_last, S,
-                                           BLOCK_N, CAUSAL, SKIP)
+    lo, mid_lo, tail_lo, hi = _key_phases(m0, last, start_first, start_last, end_first, end_last, S,
+                                          BLOCK_N, CAUSAL, SKIP)
 
     k_base = K + b * skb + hkv * skh
     v_base = V + b * svb + hkv * svh
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - 1.0e30
-    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end_q, lo, full_lo,
+    # The online softmax takes key blocks in any order: the masked tail first (_key_phases), or in position order
+    # (AttentionConfig.fwd_tail_first).
+    if TAIL_FIRST:
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end_q, tail_lo, hi,
+                                    S, qk_scale2, HEAD_DIM, BLOCK_N, True, CAUSAL, FP32_DOT)
+    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end_q, lo, mid_lo,
                                 S, qk_scale2, HEAD_DIM, BLOCK_N, True, CAUSAL, FP32_DOT)
-    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end_q, full_lo,
-                                full_hi, S, qk_scale2, HEAD_DIM, BLOCK_N, False, CAUSAL, FP32_DOT)
-    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end_q, full_hi, hi,
-                                S, qk_scale2, HEAD_DIM, BLOCK_N, True, CAUSAL, FP32_DOT)
+    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end_q, mid_lo,
+                                tail_lo, S, qk_scale2, HEAD_DIM, BLOCK_N, False, CAUSAL, FP32_DOT)
+    if not TAIL_FIRST:
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end_q, tail_lo, hi,
+                                    S, qk_scale2, HEAD_DIM, BLOCK_N, True, CAUSAL, FP32_DOT)
 
     out = acc / l_i[:, None]
     tl.store(O + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :], out.to(O.dtype.element_ty),
@@ -284,22 +303,25 @@ def _attn_bwd_dkdv_kernel(
     start_k, end_k, kstart_first, kstart_last, kend_first, kend_last = _doc_bounds(
         DOC_START, DOC_END, b * S, offs_n, n0, last, S, HAS_DOCS)
 
-    # Query ranges for this key block, mirroring _key_phases: masked / unmasked / masked.
+    # Query ranges for this key block, mirroring _key_phases: masked / unmasked / masked. Causal, the masked head
+    # (the diagonal) depends on n0 alone, so its loads need not wait for the document bounds' (_key_phases); where
+    # it reaches past the last key's document end, the mask zeroes those queries.
     if CAUSAL:
         lo = n0
-        full_start = tl.maximum(last, kstart_last)
     else:
         if SKIP:
             lo = kstart_first
         else:
             lo = n0 * 0
-        full_start = kstart_last
     if SKIP:
         hi = kend_last
     else:
         hi = n0 * 0 + S
     lo = (lo // BLOCK_M) * BLOCK_M
-    full_lo = tl.minimum(tl.cdiv(full_start, BLOCK_M) * BLOCK_M, hi)
+    if CAUSAL:
+        full_lo = tl.minimum(tl.cdiv(last, BLOCK_M) * BLOCK_M, S)
+    else:
+        full_lo = tl.minimum(tl.cdiv(kstart_last, BLOCK_M) * BLOCK_M, hi)
     full_hi = tl.maximum((tl.minimum(kend_first, S) // BLOCK_M) * BLOCK_M, full_lo)
 
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
@@ -382,17 +404,17 @@ def _attn_bwd_dq_kernel(
     tl.store(DELTA + pid_bh * S + offs_m, delta, mask=row_ok)
     start_q, end_q, start_first, start_last, end_first, end_last = _doc_bounds(
         DOC_START, DOC_END, b * S, offs_m, m0, last, S, HAS_DOCS)
-    lo, full_lo, full_hi, hi = _key_phases(m0, last, start_first, start_last, end_first, end_last, S,
-                                           BLOCK_N, CAUSAL, SKIP)
+    lo, mid_lo, tail_lo, hi = _key_phases(m0, last, start_first, start_last, end_first, end_last, S,
+                                          BLOCK_N, CAUSAL, SKIP)
 
     k_base = K + b * skb + hkv * skh
     v_base = V + b * svb + hkv * svh
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    dq = _dq_blocks(dq, q, do, lse, delta, k_base, v_base, sks, svs, offs_m, start_q, end_q, lo, full_lo, S,
+    dq = _dq_blocks(dq, q, do, lse, delta, k_base, v_base, sks, svs, offs_m, start_q, end_q, tail_lo, hi, S,
                     qk_scale2, HEAD_DIM, BLOCK_N, True, CAUSAL, FP32_DOT)
-    dq = _dq_blocks(dq, q, do, lse, delta, k_base, v_base, sks, svs, offs_m, start_q, end_q, full_lo, full_hi, S,
+    dq = _dq_blocks(dq, q, do, lse, delta, k_base, v_base, sks, svs, offs_m, start_q, end_q, mid_lo, tail_lo, S,
                     qk_scale2, HEAD_DIM, BLOCK_N, False, CAUSAL, FP32_DOT)
-    dq = _dq_blocks(dq, q, do, lse, delta, k_base, v_base, sks, svs, offs_m, start_q, end_q, full_hi, hi, S,
+    dq = _dq_blocks(dq, q, do, lse, delta, k_base, v_base, sks, svs, offs_m, start_q, end_q, lo, mid_lo, S,
                     qk_scale2, HEAD_DIM, BLOCK_N, True, CAUSAL, FP32_DOT)
     tl.store(DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqs + offs_d[None, :],
              (dq * sm_scale).to(DQ.dtype.element_ty), mask=row_ok[:, None])
@@ -411,7 +433,9 @@ class AttentionConfig:
 
     short_*: the blocks of the tiles whose document span is at most short_span positions (0: no short launch), in
     all three passes: short_block rows per program (queries, or keys in the dk/dv pass), short_step per loop step.
-    short_block divides fwd_block_m, dkdv_block_n and dq_block_m, the big tiles a program classifies."""
+    short_block divides fwd_block_m, dkdv_block_n and dq_block_m, the big tiles a program classifies.
+    fwd_tail_first: the forward walks its diagonal key blocks first (module docstring: Phase order), else in position
+    order (the dq pass always walks the diagonal first)."""
 
     fwd_block_m: int
     fwd_block_n: int
@@ -428,11 +452,12 @@ class AttentionConfig:
     short_step: int = 0
     short_warps: int = 4
     short_stages: int = 2
+    fwd_tail_first: bool = True
 
     def ints(self) -> list[int]:
         """The fields in order, as the ops take them (not dataclasses.astuple: torch.compile cannot trace its
         deepcopy inside an autograd.Function)."""
-        return [getattr(self, name) for name in _CONFIG_FIELDS]
+        return [int(getattr(self, name)) for name in _CONFIG_FIELDS]
 
 
 _CONFIG_FIELDS = tuple(field.name for field in dataclasses.fields(AttentionConfig))
@@ -470,7 +495,10 @@ def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
         # shape, at one document a tie (H100 sweeps, 2026-12-05 and 2026-12-06). Its sm_90 build spills no
         # registers, where a step of 64 spills 280 bytes a thread (cuobjdump -res-usage).
         return AttentionConfig(64, 64, 4, 3, 64, 32, 64, 64, 4, 3)
-    return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3)
+    # The forward walks key blocks in position order here: diagonal first, its sm_90 build holds 254 registers to
+    # 228 without documents, and it ran 1-4% slower at every document count on an H100 (fwd 0.689 vs 0.674 ms at one
+    # document, 0.298 vs 0.286 at 8; host-launched, 2026-12-06, BENCHMARKS.md), where the backward gained.
+    return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3, fwd_tail_first=False)
 
 
 def _check_config(cfg: AttentionConfig) -> None:
@@ -576,7 +604,7 @@ def _launch_fwd(q, k, v, doc_start, doc_end, causal: bool, scale: float, skip: b
             heads, seq_len, scale * LOG2E, cfg.short_span,
             GROUP=heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
             CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip, FP32_DOT=_fp32_dot(q.dtype), SUPER=cfg.fwd_block_m,
-            TILES=tiles, num_warps=warps, num_stages=stages,
+            TILES=tiles, TAIL_FIRST=bool(cfg.fwd_tail_first), num_warps=warps, num_stages=stages,
         )
     return o, lse
 

@@ -51,16 +51,16 @@ def attention_builds(head_dim: int):
            **_pointers("i32", "DOC_START", "DOC_END"), "qk_scale2": "fp32", "sm_scale": "fp32"}
     for cfg in configs:
         passes = [("fwd", A._attn_fwd_kernel, "BLOCK_M", "BLOCK_N", cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps,
-                   cfg.fwd_stages),
+                   cfg.fwd_stages, dict(TAIL_FIRST=bool(cfg.fwd_tail_first))),
                   ("dkdv", A._attn_bwd_dkdv_kernel, "BLOCK_N", "BLOCK_M", cfg.dkdv_block_n, cfg.dkdv_block_m,
-                   cfg.bwd_warps, cfg.bwd_stages),
+                   cfg.bwd_warps, cfg.bwd_stages, {}),
                   ("dq", A._attn_bwd_dq_kernel, "BLOCK_M", "BLOCK_N", cfg.dq_block_m, cfg.dq_block_n, cfg.bwd_warps,
-                   cfg.bwd_stages)]
-        for name, fn, rows, step, block, block_step, warps, stages in passes:
+                   cfg.bwd_stages, {})]
+        for name, fn, rows, step, block, block_step, warps, stages, own in passes:
             for tile, tile_step, tile_warps, tile_stages, tiles in A._launches(cfg, block, block_step, warps, stages,
                                                                                short=cfg.short_span > 0):
                 yield (f"attention {name} {('single launch', 'long tiles', 'short tiles')[tiles]}", fn, qkv,
-                       {rows: tile, step: tile_step, "SUPER": block, "TILES": tiles, **flags}, tile_warps,
+                       {rows: tile, step: tile_step, "SUPER": block, "TILES": tiles, **own, **flags}, tile_warps,
                        tile_stages)
 
 

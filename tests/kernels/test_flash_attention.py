@@ -10,8 +10,8 @@ import dataclasses
 import pytest
 import torch
 
-from proxycomp.kernels.attention import (SHORT_TILES, KernelInputError, default_config, document_bounds,
-                                         flash_attention, with_short_tiles)
+from proxycomp.kernels.attention import (SHORT_TILES, AttentionConfig, KernelInputError, default_config,
+                                         document_bounds, flash_attention, with_short_tiles)
 from proxycomp.kernels.reference import attention_reference
 
 CUDA = torch.cuda.is_available()
@@ -104,6 +104,22 @@ def test_non_causal(docs):
     doc_ids = _doc_ids(docs, batch, seq)
     doc_ids = None if doc_ids is None else doc_ids.to(DEVICE)
     _check_against_reference(*_inputs(batch, heads, kv_heads, seq, head_dim, dtype), doc_ids, False, TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("tail_first", [True, False], ids=["tail_first", "in_order"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_steps_longer_than_blocks(causal, tail_first):
+    """Each pass stepping past its own block (the forward's and dq's key step over their query rows, the dk/dv
+    query step over its keys): the diagonal phase, walked before the document bounds are known, then reaches past
+    a block's first row or its last key's document, where only the mask may keep it right. In both of the
+    forward's phase orders."""
+    batch, heads, kv_heads, seq, head_dim = (2, 4, 2, 1100, 64) if CUDA else (2, 2, 1, 83, 16)
+    blocks = (64, 128, 4, 2, 32, 64, 64, 128, 4, 2) if CUDA else (8, 32, 4, 1, 8, 32, 8, 32, 4, 1)
+    cfg = AttentionConfig(*blocks, fwd_tail_first=tail_first)
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    for docs in ("random", "singletons"):
+        _check_against_reference(*_inputs(batch, heads, kv_heads, seq, head_dim, dtype),
+                                 _doc_ids(docs, batch, seq).to(DEVICE), causal, TOLERANCE[dtype], config=cfg)
 
 
 def test_skipping_does_not_change_the_result():
