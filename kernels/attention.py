@@ -306,22 +306,20 @@ def _attn_bwd_dkdv_kernel(
     # Query ranges for this key block, mirroring _key_phases: masked / unmasked / masked. Causal, the masked head
     # (the diagonal) depends on n0 alone, so its loads need not wait for the document bounds' (_key_phases); where
     # it reaches past the last key's document end, the mask zeroes those queries.
+    if SKIP:
+        hi = kend_last
+    else:
+        hi = n0 * 0 + S
     if CAUSAL:
         lo = n0
+        full_lo = tl.minimum(tl.cdiv(last, BLOCK_M) * BLOCK_M, S)
     else:
         if SKIP:
             lo = kstart_first
         else:
             lo = n0 * 0
-    if SKIP:
-        hi = kend_last
-    else:
-        hi = n0 * 0 + S
-    lo = (lo // BLOCK_M) * BLOCK_M
-    if CAUSAL:
-        full_lo = tl.minimum(tl.cdiv(last, BLOCK_M) * BLOCK_M, S)
-    else:
         full_lo = tl.minimum(tl.cdiv(kstart_last, BLOCK_M) * BLOCK_M, hi)
+    lo = (lo // BLOCK_M) * BLOCK_M
     full_hi = tl.maximum((tl.minimum(kend_first, S) // BLOCK_M) * BLOCK_M, full_lo)
 
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
