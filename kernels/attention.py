@@ -490,12 +490,13 @@ def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
                                short_stages=1)
     if head_dim <= 64:
         # The dk/dv pass steps 32 queries at a time: on 512-position documents 0.526 vs 0.555 ms fwd+bwd at the d768
-        # shape, at one document a tie (H100 sweeps, 2026-12-05 and 2026-12-06). Its sm_90 build spills no
-        # registers, where a step of 64 spills 280 bytes a thread (cuobjdump -res-usage).
+        # shape, at one document a tie (H100 sweeps, 2026-12-05 and 2026-12-06). A forward of 128 queries and 8
+        # warps runs 6% faster at one document but 7-9% slower at 8-128 documents (H100 A/B, 2026-12-06 third
+        # session, BENCHMARKS.md): 64 queries stay.
         return AttentionConfig(64, 64, 4, 3, 64, 32, 64, 64, 4, 3)
-    # The forward walks key blocks in position order here: diagonal first, its sm_90 build holds 254 registers to
-    # 228 without documents, and it ran 1-4% slower at every document count on an H100 (fwd 0.689 vs 0.674 ms at one
-    # document, 0.298 vs 0.286 at 8; host-launched, 2026-12-06, BENCHMARKS.md), where the backward gained.
+    # The forward walks key blocks in position order here: diagonal first, it ran 1-4% slower at every document
+    # count on an H100 (fwd 0.689 vs 0.674 ms at one document, 0.298 vs 0.286 at 8; host-launched, 2026-12-06,
+    # BENCHMARKS.md), where the backward gained.
     return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3, fwd_tail_first=False)
 
 
