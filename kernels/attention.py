@@ -36,6 +36,7 @@ the saved row statistic is lse2 = max + log2(sum).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import torch
@@ -43,7 +44,7 @@ import triton
 import triton.language as tl
 
 from .launch_checks import KernelInputError, check_device, check_rank, interpreting
-from .launching import Launcher, cdiv
+from .launching import Launcher, TensorDescriptor, cdiv
 from .ops import define_op
 
 LOG2E = 1.4426950408889634
@@ -156,12 +157,24 @@ def _key_phases(m0, last, start_first, start_last, end_first, end_last, S,
 
 
 @triton.jit
-def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end_q, lo, hi, S, qk_scale2,
-                HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                FP32_DOT: tl.constexpr):
-    offs_d = tl.arange(0, HEAD_DIM)
-    for n0 in range(lo, hi, BLOCK_N):
+def _slice_at(b, h, sb, sh, ss):
+    """Where the (b, h) slice of a (B, H, S, D) tensor starts in the matrix of row stride `ss` that a tensor
+    descriptor reads it as (_tma_layout): (row, column)."""
+    off = b * sb + h * sh
+    return off // ss, off % ss
+
+
+@triton.jit
+def _key_tiles(k_base, v_base, sks, svs, kd, vd, k_at, v_at, n0, S, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+               MASKED: tl.constexpr, TMA: tl.constexpr):
+    """The forward's key block at n0, transposed (HEAD_DIM, BLOCK_N), and its value block (BLOCK_N, HEAD_DIM). TMA:
+    through the descriptors, whose blocks never cross S (_tma_layout)."""
+    if TMA:
+        kt = tl.trans(kd.load([k_at[0] + n0, k_at[1]]))
+        v = vd.load([v_at[0] + n0, v_at[1]])
+    else:
         offs_n = n0 + tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, HEAD_DIM)
         kt_ptrs = k_base + offs_n[None, :] * sks + offs_d[:, None]
         v_ptrs = v_base + offs_n[:, None] * svs + offs_d[None, :]
         if MASKED:
@@ -170,6 +183,16 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end
         else:
             kt = tl.load(kt_ptrs)
             v = tl.load(v_ptrs)
+    return kt, v
+
+
+@triton.jit
+def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, kd, vd, k_at, v_at, offs_m, start_q, end_q, lo, hi, S,
+                qk_scale2, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                FP32_DOT: tl.constexpr, TMA: tl.constexpr):
+    for n0 in range(lo, hi, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        kt, v = _key_tiles(k_base, v_base, sks, svs, kd, vd, k_at, v_at, n0, S, HEAD_DIM, BLOCK_N, MASKED, TMA)
         s = _dot(q, kt, FP32_DOT)
         if MASKED:
             s = tl.where(_visible(offs_m[:, None], offs_n[None, :], start_q[:, None], end_q[:, None], CAUSAL), s,
@@ -187,13 +210,14 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end
 
 @triton.jit
 def _attn_fwd_kernel(
-    Q, K, V, O, LSE, DOC_START, DOC_END,
+    Q, K, V, O, LSE, DOC_START, DOC_END, QD, KD, VD,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
     H, S, qk_scale2, short_span,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
-    SUPER: tl.constexpr, TILES: tl.constexpr, TAIL_FIRST: tl.constexpr,
+    SUPER: tl.constexpr, TILES: tl.constexpr, TAIL_FIRST: tl.constexpr, TMA: tl.constexpr,
 ):
+    """One query block. TMA: q, k and v come through the tensor descriptors QD, KD, VD (else None)."""
     # Causal blocks further down the sequence do more work: launch them first for a shorter tail.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -209,7 +233,15 @@ def _attn_fwd_kernel(
     row_ok = offs_m < S
     last = tl.minimum(m0 + BLOCK_M, S) - 1
 
-    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    if TMA:
+        q_at = _slice_at(b, h, sqb, sqh, sqs)
+        k_at = _slice_at(b, hkv, skb, skh, sks)
+        v_at = _slice_at(b, hkv, svb, svh, svs)
+        q = QD.load([q_at[0] + m0, q_at[1]])
+    else:
+        k_at = (0, 0)
+        v_at = (0, 0)
+        q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :], mask=row_ok[:, None], other=0.0)
     start_q, end_q, start_first, start_last, end_first, end_last = _doc_bounds(
         DOC_START, DOC_END, b * S, offs_m, m0, last, S, HAS_DOCS)
     lo, mid_lo, tail_lo, hi = _key_phases(m0, last, start_first, start_last, end_first, end_last, S,
@@ -223,15 +255,15 @@ def _attn_fwd_kernel(
     # The online softmax takes key blocks in any order: the masked tail first (_key_phases), or in position order
     # (AttentionConfig.fwd_tail_first).
     if TAIL_FIRST:
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end_q, tail_lo, hi,
-                                    S, qk_scale2, HEAD_DIM, BLOCK_N, True, CAUSAL, FP32_DOT)
-    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end_q, lo, mid_lo,
-                                S, qk_scale2, HEAD_DIM, BLOCK_N, True, CAUSAL, FP32_DOT)
-    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end_q, mid_lo,
-                                tail_lo, S, qk_scale2, HEAD_DIM, BLOCK_N, False, CAUSAL, FP32_DOT)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, KD, VD, k_at, v_at, offs_m, start_q,
+                                    end_q, tail_lo, hi, S, qk_scale2, HEAD_DIM, BLOCK_N, True, CAUSAL, FP32_DOT, TMA)
+    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, KD, VD, k_at, v_at, offs_m, start_q,
+                                end_q, lo, mid_lo, S, qk_scale2, HEAD_DIM, BLOCK_N, True, CAUSAL, FP32_DOT, TMA)
+    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, KD, VD, k_at, v_at, offs_m, start_q,
+                                end_q, mid_lo, tail_lo, S, qk_scale2, HEAD_DIM, BLOCK_N, False, CAUSAL, FP32_DOT, TMA)
     if not TAIL_FIRST:
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, offs_m, start_q, end_q, tail_lo, hi,
-                                    S, qk_scale2, HEAD_DIM, BLOCK_N, True, CAUSAL, FP32_DOT)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, KD, VD, k_at, v_at, offs_m, start_q,
+                                    end_q, tail_lo, hi, S, qk_scale2, HEAD_DIM, BLOCK_N, True, CAUSAL, FP32_DOT, TMA)
 
     out = acc / l_i[:, None]
     tl.store(O + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :], out.to(O.dtype.element_ty),
@@ -433,7 +465,10 @@ class AttentionConfig:
     all three passes: short_block rows per program (queries, or keys in the dk/dv pass), short_step per loop step.
     short_block divides fwd_block_m, dkdv_block_n and dq_block_m, the big tiles a program classifies.
     fwd_tail_first: the forward walks its diagonal key blocks first (module docstring: Phase order), else in position
-    order (the dq pass always walks the diagonal first)."""
+    order (the dq pass always walks the diagonal first).
+    tma: the forward loads q, k and v through TMA tensor descriptors where the inputs allow it (_tma_layout), else
+    through pointers. The backward's passes use pointers: TMA did not pay there (H100, 2026-12-06 fourth session,
+    BENCHMARKS.md)."""
 
     fwd_block_m: int
     fwd_block_n: int
@@ -451,6 +486,7 @@ class AttentionConfig:
     short_warps: int = 4
     short_stages: int = 2
     fwd_tail_first: bool = True
+    tma: bool = True
 
     def ints(self) -> list[int]:
         """The fields in order, as the ops take them (not dataclasses.astuple: torch.compile cannot trace its
@@ -492,8 +528,10 @@ def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
         # The dk/dv pass steps 32 queries at a time: on 512-position documents 0.526 vs 0.555 ms fwd+bwd at the d768
         # shape, at one document a tie (H100 sweeps, 2026-12-05 and 2026-12-06). A forward of 128 queries and 8
         # warps runs 6% faster at one document but 7-9% slower at 8-128 documents (H100 A/B, 2026-12-06 third
-        # session, BENCHMARKS.md): 64 queries stay.
-        return AttentionConfig(64, 64, 4, 3, 64, 32, 64, 64, 4, 3)
+        # session, BENCHMARKS.md): 64 queries stay. With TMA loads the forward runs faster at 2 stages than at 3
+        # (1.07 / 1.19 / 1.17x against 1.04 / 1.12 / 1.07x the pointer forward at 1 / 8 / 512-position documents;
+        # H100, 2026-12-06 fourth session); at head size 128, 2 stages lost.
+        return AttentionConfig(64, 64, 4, 2, 64, 32, 64, 64, 4, 3)
     # The forward walks key blocks in position order here: diagonal first, it ran 1-4% slower at every document
     # count on an H100 (fwd 0.689 vs 0.674 ms at one document, 0.298 vs 0.286 at 8; host-launched, 2026-12-06,
     # BENCHMARKS.md), where the backward gained.
@@ -578,6 +616,54 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, doc_ids: to
     check_device(op, q=q, k=k, v=v, **docs)
 
 
+def _tma_capable(device: torch.device) -> bool:
+    """TMA needs Hopper or newer, and a triton with host tensor descriptors; the interpreter emulates them."""
+    if TensorDescriptor is None:
+        return False
+    if interpreting():
+        return True
+    return device.type == "cuda" and _capability(device.index if device.index is not None else
+                                                 torch.cuda.current_device()) >= 9
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
+
+
+def _tma_layout(t: torch.Tensor, blocks: tuple[int, ...]) -> bool:
+    """Whether t (B, H, S, D) reads as one matrix of row stride t.stride(2) in which each (b, h) slice is S rows
+    starting at one (row, column) with the slice's D columns inside a row (the kernels' _slice_at), and every
+    block of rows ends at or before S. TMA's zero fill then never stands in for a mask: a block past S would read
+    the next slice's rows."""
+    batch, heads, seq_len, head_dim = t.shape
+    sb, sh, ss, _ = t.stride()
+    if any(seq_len % block for block in blocks) or ss < head_dim:
+        return False
+    if t.data_ptr() % 16 or (ss * t.element_size()) % 16:
+        return False
+    if batch > 1 and sb % ss:
+        return False
+    return heads == 1 or sh % ss == 0 or (heads - 1) * sh + head_dim <= ss
+
+
+def _descriptor(t: torch.Tensor, block: int):
+    """The TMA descriptor of t as _tma_layout reads it, in blocks of `block` rows."""
+    batch, heads, seq_len, head_dim = t.shape
+    sb, sh, ss, _ = t.stride()
+    rows = ((batch - 1) * sb + (heads - 1) * sh) // ss + seq_len
+    return TensorDescriptor(t, [rows, ss], [ss, 1], [block, head_dim])
+
+
+def _descriptors(cfg: AttentionConfig, *tiles: tuple[torch.Tensor, int]) -> list:
+    """A descriptor for each (tensor, block rows), or Nones where TMA is off or any of the tensors does not allow it
+    (the kernels then load through pointers)."""
+    blocks = tuple(rows for _, rows in tiles)
+    if cfg.tma and _tma_capable(tiles[0][0].device) and all(_tma_layout(t, blocks) for t, _ in tiles):
+        return [_descriptor(t, rows) for t, rows in tiles]
+    return [None] * len(tiles)
+
+
 def _fp32_dot(dtype: torch.dtype) -> bool:
     return interpreting() and dtype == torch.bfloat16
 
@@ -598,12 +684,14 @@ def _launch_fwd(q, k, v, doc_start, doc_end, causal: bool, scale: float, skip: b
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3])
     for block_m, block_n, warps, stages, tiles in _launches(cfg, cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps,
                                                             cfg.fwd_stages, short):
+        descs = _descriptors(cfg, (q, block_m), (k, block_n), (v, block_n))
         _FWD[(cdiv(seq_len, block_m), batch * heads)](
-            q, k, v, o, lse, doc_start if has_docs else lse, doc_end if has_docs else lse, *strides,
+            q, k, v, o, lse, doc_start if has_docs else lse, doc_end if has_docs else lse, *descs, *strides,
             heads, seq_len, scale * LOG2E, cfg.short_span,
             GROUP=heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
             CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip, FP32_DOT=_fp32_dot(q.dtype), SUPER=cfg.fwd_block_m,
-            TILES=tiles, TAIL_FIRST=bool(cfg.fwd_tail_first), num_warps=warps, num_stages=stages,
+            TILES=tiles, TAIL_FIRST=bool(cfg.fwd_tail_first), TMA=descs[0] is not None, num_warps=warps,
+            num_stages=stages,
         )
     return o, lse
 

@@ -50,18 +50,29 @@ def attention_builds(head_dim: int):
     qkv = {**_pointers("bf16", "Q", "K", "V", "O", "DO", "DQ", "DK", "DV"), **_pointers("fp32", "LSE", "DELTA"),
            **_pointers("i32", "DOC_START", "DOC_END"), "qk_scale2": "fp32", "sm_scale": "fp32"}
     for cfg in configs:
+        # The forward's TMA loads: descriptor argument -> rows per block ("row" or "step").
         passes = [("fwd", A._attn_fwd_kernel, "BLOCK_M", "BLOCK_N", cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps,
-                   cfg.fwd_stages, dict(TAIL_FIRST=bool(cfg.fwd_tail_first))),
+                   cfg.fwd_stages, dict(TAIL_FIRST=bool(cfg.fwd_tail_first)),
+                   dict(QD="row", KD="step", VD="step")),
                   ("dkdv", A._attn_bwd_dkdv_kernel, "BLOCK_N", "BLOCK_M", cfg.dkdv_block_n, cfg.dkdv_block_m,
-                   cfg.bwd_warps, cfg.bwd_stages, {}),
+                   cfg.bwd_warps, cfg.bwd_stages, {}, None),
                   ("dq", A._attn_bwd_dq_kernel, "BLOCK_M", "BLOCK_N", cfg.dq_block_m, cfg.dq_block_n, cfg.bwd_warps,
-                   cfg.bwd_stages, {})]
-        for name, fn, rows, step, block, block_step, warps, stages, own in passes:
+                   cfg.bwd_stages, {}, None)]
+        for name, fn, rows, step, block, block_step, warps, stages, own, descs in passes:
             for tile, tile_step, tile_warps, tile_stages, tiles in A._launches(cfg, block, block_step, warps, stages,
                                                                                short=cfg.short_span > 0):
-                yield (f"attention {name} {('single launch', 'long tiles', 'short tiles')[tiles]}", fn, qkv,
-                       {rows: tile, step: tile_step, "SUPER": block, "TILES": tiles, **own, **flags}, tile_warps,
-                       tile_stages)
+                launch = f"attention {name} {('single launch', 'long tiles', 'short tiles')[tiles]}"
+                constexprs = {rows: tile, step: tile_step, "SUPER": block, "TILES": tiles, **own, **flags}
+                if descs is None:
+                    yield launch, fn, qkv, constexprs, tile_warps, tile_stages
+                    continue
+                # With TMA where the inputs allow it, and through pointers where they do not (or tma is off).
+                if cfg.tma:
+                    types = {**qkv, **{arg: f"tensordesc<bf16[{tile if r == 'row' else tile_step}, {head_dim}]>"
+                                       for arg, r in descs.items()}}
+                    yield f"{launch} tma", fn, types, {**constexprs, "TMA": True}, tile_warps, tile_stages
+                yield (f"{launch} pointers", fn, qkv, {**constexprs, "TMA": False, **dict.fromkeys(descs)},
+                       tile_warps, tile_stages)
 
 
 def embedding_builds():

@@ -14,6 +14,11 @@ import torch
 import triton
 from triton.runtime.jit import JITFunction
 
+try:  # host tensor descriptors: triton >= 3.4
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:
+    TensorDescriptor = None
+
 CACHE_LIMIT = 256  # keys per kernel; a caller cycling through more shapes starts over rather than grow without bound
 
 
@@ -29,6 +34,9 @@ def _current_stream(device: int) -> int:
 def _arg_key(value):
     if isinstance(value, torch.Tensor):
         return value.dtype, value.data_ptr() % 16 == 0
+    if TensorDescriptor is not None and isinstance(value, TensorDescriptor):
+        # A build knows a descriptor by its element type and block shape; shape and strides travel in it at launch.
+        return "desc", value.base.dtype, tuple(value.block_shape), getattr(value, "padding", "zero")
     return value
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 import torch
 
+from proxycomp.kernels import attention
 from proxycomp.kernels.attention import (SHORT_TILES, AttentionConfig, KernelInputError, default_config,
                                          document_bounds, flash_attention, with_short_tiles)
 from proxycomp.kernels.reference import attention_reference
@@ -157,6 +158,56 @@ def test_output_merges_heads_without_copy():
     q, k, v = _inputs(2, 2, 2, 20, 16, torch.float32)
     out = flash_attention(q, k, v)
     assert out.transpose(1, 2).is_contiguous()
+
+
+# ---------------------------------------------------------------------------------------------- TMA loads
+def _layouts(batch, heads, kv_heads, seq, head_dim, dtype):
+    """q, k, v in the layouts TMA reads: the model's (B, S, H, D) projections seen as (B, H, S, D), a fused
+    (B, S, 3, H, D) projection's slices, and contiguous (B, H, S, D)."""
+    new = dict(device=DEVICE, dtype=dtype)
+    fused = torch.randn(batch, seq, 3, heads, head_dim, **new)
+    return {"model": _inputs(batch, heads, kv_heads, seq, head_dim, dtype),
+            "fused qkv": [fused[:, :, i].transpose(1, 2) for i in range(3)],
+            "contiguous": [torch.randn(batch, h, seq, head_dim, **new) for h in (heads, kv_heads, kv_heads)]}
+
+
+@pytest.mark.parametrize("layout", ["model", "fused qkv", "contiguous"])
+def test_tma_forward_equals_pointer_forward(layout, monkeypatch):
+    """Where the inputs allow TMA the forward loads through descriptors (counted here), and its results equal the
+    pointer path's, which the reference checks above cover; with tma off no descriptor is made."""
+    batch, heads, kv_heads, seq, head_dim = (2, 4, 2, 1024, 64) if CUDA else (2, 2, 1, 64, 16)
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    q, k, v = (t.detach().requires_grad_() for t in _layouts(batch, heads, kv_heads, seq, head_dim, dtype)[layout])
+    doc_ids = _doc_ids("random", batch, seq).to(DEVICE)
+    grad_out = torch.randn(batch, heads, seq, head_dim, device=DEVICE, dtype=dtype)
+    made = []
+    real = attention._descriptor
+    monkeypatch.setattr(attention, "_descriptor", lambda t, block: made.append(block) or real(t, block))
+    results = []
+    for tma in (True, False):
+        made.clear()
+        cfg = dataclasses.replace(default_config(head_dim, q.device), tma=tma)
+        out = flash_attention(q, k, v, doc_ids, config=cfg)
+        results.append((out, *torch.autograd.grad(out, (q, k, v), grad_out)))
+        assert bool(made) == tma
+    for got, want in zip(*results):
+        assert _rel(got, want) < 1e-6
+
+
+def test_tma_takes_only_layouts_it_reads_whole():
+    """Descriptors only where every block stays inside its (b, h) slice and the slice is one run of rows: else the
+    pointers, whose masks keep a block past S from reading the next slice."""
+    blocks = (64, 64)
+    base = _layouts(2, 4, 4, 128, 64, torch.float32)
+    for layout, (q, _, _) in base.items():
+        assert attention._tma_layout(q.detach(), blocks), layout
+    odd = torch.randn(2, 100, 4, 64).transpose(1, 2)  # 100 positions: the last block would cross S
+    seq_first = torch.randn(128, 2, 4, 64).permute(1, 2, 0, 3)  # batch stride not a whole number of rows
+    unaligned = torch.randn(2 * 128 * 4 * 64 + 1)[1:].view(2, 128, 4, 64).transpose(1, 2)
+    for t in (odd, seq_first, unaligned):
+        assert not attention._tma_layout(t, blocks)
+    cfg = default_config(64, torch.device("cpu"))
+    assert attention._descriptors(cfg, (base["model"][0].detach(), 32), (odd, 16)) == [None, None]
 
 
 # ---------------------------------------------------------------------------------------------- short documents
