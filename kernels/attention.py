@@ -316,7 +316,9 @@ def _attn_bwd_dkdv_kernel(
 
     dq has its own pass (_attn_bwd_dq_kernel), which recomputes p and dp: 7 matmuls per block pair against 5
     for adding dq here with float32 atomics. Measured on the H200 (BENCHMARKS.md, 2026-12-03), the atomic
-    variant was slower at head size 64 (288 vs 311 TFLOP/s fwd+bwd) and no faster at 128, so it was removed."""
+    variant was slower at head size 64 (288 vs 311 TFLOP/s fwd+bwd) and no faster at 128, so it was removed. On
+    H100s (2026-12-06, seventh session) such a pass with 64-query steps and TMA reduce-adds beat the two passes
+    alone by 8-19%, and lost once the float32 buffer's delta, zero-fill and conversion kernels were counted."""
     n0 = tl.program_id(0) * BLOCK_N
     pid_bh = tl.program_id(1)
     hkv_count = H // GROUP
