@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -53,6 +54,23 @@ def test_profile_writes_each_arms_top_kernels(bench_train, tmp_path):
         assert "aten::" in text  # the op table itself, not just the header
         trace = json.loads((tmp_path / "prof" / f"d64_{arm}.trace.json").read_text())
         assert any(e.get("name", "").startswith("aten::") for e in trace["traceEvents"])
+
+
+def test_compiled_plain_arms_compile_the_loss_with_the_model(bench_train, monkeypatch):
+    """As the fit arms do: an eager loss would leave the baseline's float32 passes over the logits uncompiled."""
+    compiled = []
+
+    def record(fn, **options):
+        compiled.append(fn)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", record)
+    assert bench_train.main(["--sizes", "tiny", "--arms", "plain-compile"]) == 0
+    (batch_loss,) = compiled
+    size = bench_train.PRESETS["tiny"].models[0]
+    batch = bench_train.synthetic_batches(size, np.array([size.seq_len // 2]), seed=0)[0]
+    loss = batch_loss(batch)
+    assert loss.ndim == 0 and loss.requires_grad  # the step's loss itself, not the logits
 
 
 def test_spm_windows_train_the_proxy_vocabulary_on_the_real_stream(bench_train, tmp_path):

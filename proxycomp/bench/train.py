@@ -22,10 +22,11 @@ instead (FlexAttention's published document-masking loop ran at 512). `--windows
 TrainStream of the spm proxy recipe past its warmup (each document compressed with probability 0.9, sentinel
 mixing; compressed documents are ~3.6x shorter in symbols), with the vocabulary of its 8192 pieces. The summary
 states the share of causal attention the windows' documents keep, which bounds what the document mask can skip.
-`-compile` wraps the Transformer in torch.compile (the fit arms: with its loss, as ProxyLM(compile=True) does); the
-Triton attention is an opaque op inside the graph. `-graphs` is the same in mode "reduce-overhead" (ProxyLM's
-compile_mode): each compiled forward and backward is replayed as a CUDA graph. The tiny preset compiles with
-aot_eager, which has no modes, so there `-graphs` equals `-compile`.
+`-compile` wraps the Transformer and its cross-entropy in one torch.compile (the fit arms: as ProxyLM(compile=True)
+does; the plain arms: model and loss in one function); the Triton attention is an opaque op inside the graph.
+`-graphs` is the same in mode "reduce-overhead" (ProxyLM's compile_mode): each compiled forward and backward is
+replayed as a CUDA graph. The tiny preset compiles with aot_eager, which has no modes, so there `-graphs` equals
+`-compile`.
 
 MFU = flops_per_symbol (6N + 12*L*d*T: the full-context convention, which ignores causal and document masking)
 x tokens/s / the FLOP/s of a square matmul in the same dtype measured first in the same run.
@@ -328,20 +329,26 @@ def run_plain(arm: Arm, size: ModelSize, work: Workload, device: torch.device, p
               steps: int, profile_to: Path | None = None) -> float:
     """Seconds for `steps` steps of a minimal loop: bf16 autocast, fused AdamW; causal SDPA over the whole window,
     or FlexAttention or our Triton attention inside documents with positions restarting at each (fit's
-    semantics)."""
+    semantics). Compiled arms compile the model with its cross-entropy, as the fit arms do (ProxyLM.compile_step):
+    left eager, the loss's float32 passes over the logits would handicap the baseline, by more the larger the
+    vocabulary (the spm stream's 8.5k symbols)."""
     model = Transformer(size.config(arm.attn_backend, work.vocabulary.size)).to(device)
-    forward = torch.compile(model, **arm.compile_options(preset)) if arm.compile_mode is not None else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     documents = arm.attn_backend in DOCUMENT_BACKENDS
     on_device = [{k: b[k].to(device) for k in ("input_ids", "positions", "doc_ids", "targets")} for b in work.batches]
 
+    def batch_loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        input_ids = batch["input_ids"]
+        # sdpa: no doc_ids, is_causal over the whole window
+        logits = model(input_ids, batch["positions"], batch["doc_ids"]) if documents else model(input_ids)
+        return F.cross_entropy(logits.flatten(0, 1).float(), batch["targets"].flatten(), ignore_index=IGNORE_INDEX)
+
+    if arm.compile_mode is not None:
+        batch_loss = torch.compile(batch_loss, **arm.compile_options(preset))
+
     def step(i: int) -> None:
-        batch = on_device[i % len(on_device)]
-        input_ids, targets = batch["input_ids"], batch["targets"]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            # sdpa: no doc_ids, is_causal over the whole window
-            logits = forward(input_ids, batch["positions"], batch["doc_ids"]) if documents else forward(input_ids)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
+            loss = batch_loss(on_device[i % len(on_device)])
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
