@@ -30,6 +30,11 @@ Causal, the diagonal phase depends on the block's position alone, so the kernels
 passes walk their key phases tail, middle, head; the online softmax takes key blocks in any order) and the bounds
 arrive behind its work.
 
+RoPE. Given its angles, the entry point takes q and k before RoPE and rotates them before the forward (under
+torch.compile by an elementwise kernel the compiler makes), and the backward's kernels turn dq and dk back through
+the rotation as they store them: rotated by the model instead, their gradients cost a pass that reads and writes
+both.
+
 Scores are kept in the log2 domain: log2(e) is folded into the scale so the softmax uses exp2, and
 the saved row statistic is lse2 = max + log2(sum).
 """
@@ -46,6 +51,7 @@ import triton.language as tl
 from .launch_checks import KernelInputError, check_device, check_rank, interpreting
 from .launching import Launcher, TensorDescriptor, cdiv
 from .ops import define_op
+from .reference import apply_rope
 
 LOG2E = 1.4426950408889634
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -272,6 +278,19 @@ def _attn_fwd_kernel(
 
 
 @triton.jit
+def _unrotate(g, cos_base, sin_base, rows, ok, scs, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """The gradient of rows before RoPE from g (ROWS, HEAD_DIM), the gradient of the rotated rows. RoPE turned each
+    pair (x1, x2) of the two halves by its row's angle, y1 = x1 cos - x2 sin and y2 = x2 cos + x1 sin, so its
+    transpose turns g back: g1 cos + g2 sin and g2 cos - g1 sin."""
+    HALF: tl.constexpr = HEAD_DIM // 2
+    at = rows[:, None] * scs + tl.arange(0, HALF)[None, :]
+    c = tl.load(cos_base + at, mask=ok[:, None], other=0.0)
+    s = tl.load(sin_base + at, mask=ok[:, None], other=0.0)
+    g1, g2 = tl.split(tl.permute(tl.reshape(g, [ROWS, 2, HALF]), [0, 2, 1]))
+    return tl.reshape(tl.permute(tl.join(g1 * c + g2 * s, g2 * c - g1 * s), [0, 2, 1]), [ROWS, HEAD_DIM])
+
+
+@triton.jit
 def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqs, sdos, offs_n, start_k, end_k,
                  lo, hi, S, qk_scale2, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
                  CAUSAL: tl.constexpr, FP32_DOT: tl.constexpr):
@@ -304,13 +323,13 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqs, sdos,
 
 @triton.jit
 def _attn_bwd_dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV, DOC_START, DOC_END,
+    Q, K, V, DO, LSE, DELTA, DK, DV, DOC_START, DOC_END, COS, SIN,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos,
-    sdkb, sdkh, sdks, sdvb, sdvh, sdvs,
+    sdkb, sdkh, sdks, sdvb, sdvh, sdvs, scb, scs,
     H, S, qk_scale2, sm_scale, short_span,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
-    SUPER: tl.constexpr, TILES: tl.constexpr,
+    SUPER: tl.constexpr, TILES: tl.constexpr, ROPE: tl.constexpr,
 ):
     """One key block of one kv head: accumulates over every query head of its GQA group, so no atomics.
 
@@ -371,8 +390,11 @@ def _attn_bwd_dkdv_kernel(
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqs, sdos, offs_n, start_k,
                               end_k, full_hi, hi, S, qk_scale2, HEAD_DIM, BLOCK_M, True, CAUSAL, FP32_DOT)
 
+    dk = dk * sm_scale
+    if ROPE:  # k was rotated in the forward: dk is stored for the keys before it
+        dk = _unrotate(dk, COS + b * scb, SIN + b * scb, offs_n, col_ok, scs, BLOCK_N, HEAD_DIM)
     tl.store(DK + b * sdkb + hkv * sdkh + offs_n[:, None] * sdks + offs_d[None, :],
-             (dk * sm_scale).to(DK.dtype.element_ty), mask=col_ok[:, None])
+             dk.to(DK.dtype.element_ty), mask=col_ok[:, None])
     tl.store(DV + b * sdvb + hkv * sdvh + offs_n[:, None] * sdvs + offs_d[None, :],
              dv.to(DV.dtype.element_ty), mask=col_ok[:, None])
 
@@ -403,12 +425,12 @@ def _dq_blocks(dq, q, do, lse, delta, k_base, v_base, sks, svs, offs_m, start_q,
 
 @triton.jit
 def _attn_bwd_dq_kernel(
-    Q, K, V, O, DO, LSE, DELTA, DQ, DOC_START, DOC_END,
-    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos, sdob, sdoh, sdos, sdqb, sdqh, sdqs,
+    Q, K, V, O, DO, LSE, DELTA, DQ, DOC_START, DOC_END, COS, SIN,
+    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos, sdob, sdoh, sdos, sdqb, sdqh, sdqs, scb, scs,
     H, S, qk_scale2, sm_scale, short_span,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
-    SUPER: tl.constexpr, TILES: tl.constexpr,
+    SUPER: tl.constexpr, TILES: tl.constexpr, ROPE: tl.constexpr,
 ):
     """One query block: dq, and first delta = rowsum(o * do), the softmax-backward term of its rows, which it
     stores for the dk/dv pass that runs after it. Each row has one dq program, so this replaces a launch of its own
@@ -448,8 +470,11 @@ def _attn_bwd_dq_kernel(
                     qk_scale2, HEAD_DIM, BLOCK_N, False, CAUSAL, FP32_DOT)
     dq = _dq_blocks(dq, q, do, lse, delta, k_base, v_base, sks, svs, offs_m, start_q, end_q, lo, mid_lo, S,
                     qk_scale2, HEAD_DIM, BLOCK_N, True, CAUSAL, FP32_DOT)
+    dq = dq * sm_scale
+    if ROPE:
+        dq = _unrotate(dq, COS + b * scb, SIN + b * scb, offs_m, row_ok, scs, BLOCK_M, HEAD_DIM)
     tl.store(DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqs + offs_d[None, :],
-             (dq * sm_scale).to(DQ.dtype.element_ty), mask=row_ok[:, None])
+             dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -571,7 +596,8 @@ def document_bounds(doc_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, doc_ids: torch.Tensor | None,
-                  doc_bounds: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+                  doc_bounds: tuple[torch.Tensor, torch.Tensor] | None,
+                  rope: tuple[torch.Tensor, torch.Tensor] | None) -> None:
     op = "flash_attention"
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_rank(op, name, t, 4, "(batch, heads, seq, head_dim)")
@@ -615,6 +641,16 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, doc_ids: to
                 raise KernelInputError(f"{op}: doc_bounds' {name} must be a contiguous int32 tensor of shape (batch, "
                                        f"seq) = {(batch, seq_len)} as document_bounds returns, got {t.dtype} "
                                        f"{tuple(t.shape)} with strides {t.stride()}")
+    if rope is not None:
+        docs.update(zip(("cos", "sin"), rope))
+        for name in ("cos", "sin"):
+            t = docs[name]
+            # The kernels read both at the same (batch, position) strides, unit stride across the half.
+            if t.shape != (batch, seq_len, head_dim // 2) or t.dtype != torch.float32 or t.stride(-1) != 1 or (
+                    t.stride() != docs["cos"].stride()):
+                raise KernelInputError(f"{op}: rope's {name} must be float32 of shape (batch, seq, head_dim / 2) = "
+                                       f"{(batch, seq_len, head_dim // 2)} with unit stride in its last dim, strides "
+                                       f"equal to cos's, got {t.dtype} {tuple(t.shape)} with strides {t.stride()}")
     check_device(op, q=q, k=k, v=v, **docs)
 
 
@@ -698,9 +734,10 @@ def _launch_fwd(q, k, v, doc_start, doc_end, causal: bool, scale: float, skip: b
     return o, lse
 
 
-def _launch_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal: bool, scale: float, skip: bool,
+def _launch_bwd(do, q, k, v, o, lse, cos, sin, doc_start, doc_end, causal: bool, scale: float, skip: bool,
                 cfg: AttentionConfig):
-    """dq, dk, dv (each laid out as its input) from the output gradient `do` and the forward's o and lse2."""
+    """dq, dk, dv (each laid out as its input) from the output gradient `do` and the forward's o and lse2. With cos
+    and sin, q and k are the rotated ones the forward attended with, and dq and dk are those of the rows before."""
     batch, heads, seq_len, head_dim = q.shape
     kv_heads = k.shape[1]
     if do.stride(-1) != 1:
@@ -711,24 +748,27 @@ def _launch_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal: bool, scale: fl
     short = has_docs and skip and cfg.short_span > 0
     doc_start = doc_start if has_docs else lse
     doc_end = doc_end if has_docs else lse
+    rope = cos is not None
+    angles = (cos, sin) if rope else (lse, lse)
+    angle_strides = cos.stride()[:2] if rope else (0, 0)
     common = dict(GROUP=heads // kv_heads, HEAD_DIM=head_dim, CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip,
-                  FP32_DOT=_fp32_dot(q.dtype))
+                  FP32_DOT=_fp32_dot(q.dtype), ROPE=rope)
     do_strides = do.stride()[:3]
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3])
     # dq first: its programs also write delta, which the dk/dv pass reads.
     for block_m, block_n, warps, stages, tiles in _launches(cfg, cfg.dq_block_m, cfg.dq_block_n, cfg.bwd_warps,
                                                             cfg.bwd_stages, short):
         _DQ[(cdiv(seq_len, block_m), batch * heads)](
-            q, k, v, o, do, lse, delta, dq, doc_start, doc_end, *strides, *o.stride()[:3], *do_strides,
-            *dq.stride()[:3], heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m, BLOCK_N=block_n,
-            SUPER=cfg.dq_block_m, TILES=tiles, num_warps=warps, num_stages=stages, **common,
+            q, k, v, o, do, lse, delta, dq, doc_start, doc_end, *angles, *strides, *o.stride()[:3], *do_strides,
+            *dq.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m,
+            BLOCK_N=block_n, SUPER=cfg.dq_block_m, TILES=tiles, num_warps=warps, num_stages=stages, **common,
         )
     for block_n, block_m, warps, stages, tiles in _launches(cfg, cfg.dkdv_block_n, cfg.dkdv_block_m, cfg.bwd_warps,
                                                             cfg.bwd_stages, short):
         _DKDV[(cdiv(seq_len, block_n), batch * kv_heads)](
-            q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *strides, *do_strides, *dk.stride()[:3],
-            *dv.stride()[:3], heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m, BLOCK_N=block_n,
-            SUPER=cfg.dkdv_block_n, TILES=tiles, num_warps=warps, num_stages=stages, **common,
+            q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *angles, *strides, *do_strides, *dk.stride()[:3],
+            *dv.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m,
+            BLOCK_N=block_n, SUPER=cfg.dkdv_block_n, TILES=tiles, num_warps=warps, num_stages=stages, **common,
         )
     return dq, dk, dv
 
@@ -744,10 +784,10 @@ flash_attn_fwd = define_op(
     lambda q, *_: _forward_outputs(q))
 flash_attn_bwd = define_op(
     "flash_attn_bwd",
-    "(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? doc_start, Tensor? doc_end, "
-    "bool causal, float scale, bool skip, int[] config) -> (Tensor, Tensor, Tensor)",
-    lambda do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, config: _launch_bwd(
-        do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, AttentionConfig(*config)),
+    "(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? cos, Tensor? sin, Tensor? doc_start, "
+    "Tensor? doc_end, bool causal, float scale, bool skip, int[] config) -> (Tensor, Tensor, Tensor)",
+    lambda do, q, k, v, o, lse, cos, sin, doc_start, doc_end, causal, scale, skip, config: _launch_bwd(
+        do, q, k, v, o, lse, cos, sin, doc_start, doc_end, causal, scale, skip, AttentionConfig(*config)),
     lambda do, q, k, v, *_: (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)))
 
 
@@ -757,24 +797,32 @@ class _Attention(torch.autograd.Function):
     outside a graph."""
 
     @staticmethod
-    def forward(ctx, q, k, v, doc_start, doc_end, causal, scale, skip, cfg):
+    def forward(ctx, q, k, v, cos, sin, doc_start, doc_end, causal, scale, skip, cfg):
+        if cos is not None:  # rotated here, so that the backward's kernels return the gradients of the rows before
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         if torch.compiler.is_compiling():
             o, lse = flash_attn_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, cfg.ints())
         else:
             o, lse = _launch_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, cfg)
-        ctx.save_for_backward(q, k, v, o, lse, doc_start, doc_end)
+        ctx.save_for_backward(q, k, v, o, lse, cos, sin, doc_start, doc_end)
         ctx.options = (causal, scale, skip, cfg)
         return o
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, o, lse, doc_start, doc_end = ctx.saved_tensors
+        saved = ctx.saved_tensors
         causal, scale, skip, cfg = ctx.options
         if torch.compiler.is_compiling():
-            grads = flash_attn_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, cfg.ints())
+            grads = flash_attn_bwd(do, *saved, causal, scale, skip, cfg.ints())
         else:
-            grads = _launch_bwd(do, q, k, v, o, lse, doc_start, doc_end, causal, scale, skip, cfg)
-        return *grads, None, None, None, None, None, None
+            grads = _launch_bwd(do, *saved, causal, scale, skip, cfg)
+        return *grads, None, None, None, None, None, None, None, None
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on x (B, H, S, D) by angles (B, S, D/2), computed as the model's (B, S, H, D) rows so that a model's
+    projection seen as (B, H, S, D) keeps its layout, and so do the gradients stored in the rotated rows' layout."""
+    return apply_rope(x.transpose(1, 2), cos[:, :, None], sin[:, :, None]).transpose(1, 2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -791,6 +839,7 @@ def flash_attention(
     doc_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     skip_masked_blocks: bool = True,
     config: AttentionConfig | None = None,
+    rope: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Softmax attention, differentiable in q, k, v.
 
@@ -800,8 +849,11 @@ def flash_attention(
     over the same documents (the model's layers).
     Returns (B, H, S, D) in q's dtype, stored as (B, S, H, D) so merging heads needs no copy.
     `skip_masked_blocks=False` still masks but computes every causal block (for benchmarking the skip).
+    rope: (cos, sin), each (B, S, D/2) float32: q and k are given before RoPE (GPT-NeoX halves, `apply_rope`), are
+    rotated here, and their gradients are those of the rows before, turned back inside the backward's kernels
+    rather than by a separate pass over dq and dk.
     """
-    _check_inputs(q, k, v, doc_ids, doc_bounds)
+    _check_inputs(q, k, v, doc_ids, doc_bounds, rope)
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
     if not scale > 0:  # the forward takes the row max before scaling, which needs a positive scale
         raise KernelInputError(f"flash_attention: softmax_scale must be positive, got {softmax_scale}")
@@ -810,4 +862,5 @@ def flash_attention(
     if doc_ids is not None:
         doc_bounds = document_bounds(doc_ids)
     doc_start, doc_end = doc_bounds if doc_bounds is not None else (None, None)
-    return _Attention.apply(q, k, v, doc_start, doc_end, bool(causal), scale, bool(skip_masked_blocks), cfg)
+    cos, sin = rope if rope is not None else (None, None)
+    return _Attention.apply(q, k, v, cos, sin, doc_start, doc_end, bool(causal), scale, bool(skip_masked_blocks), cfg)

@@ -40,7 +40,8 @@ def _pointers(dtype: str, *names: str) -> dict[str, str]:
 def attention_builds(head_dim: int):
     """Each pass as the launchers run it with documents: the default config's launches (one per pass, or its long
     tiles in the pass's blocks and its short tiles in the short blocks), and the short tiles' launches where the
-    default leaves them off, since a config may turn them on."""
+    default leaves them off, since a config may turn them on. The backward passes turn RoPE's gradient back, as the
+    model runs them (without it, they only lose that epilogue)."""
     from . import attention as A
 
     default = A.default_config(head_dim, torch.device("cuda"))
@@ -48,16 +49,17 @@ def attention_builds(head_dim: int):
     configs = [default] if short == default else [default, short]
     flags = dict(HEAD_DIM=head_dim, CAUSAL=True, HAS_DOCS=True, SKIP=True, FP32_DOT=False)
     qkv = {**_pointers("bf16", "Q", "K", "V", "O", "DO", "DQ", "DK", "DV"), **_pointers("fp32", "LSE", "DELTA"),
-           **_pointers("i32", "DOC_START", "DOC_END"), "qk_scale2": "fp32", "sm_scale": "fp32"}
+           **_pointers("i32", "DOC_START", "DOC_END"), **_pointers("fp32", "COS", "SIN"), "qk_scale2": "fp32",
+           "sm_scale": "fp32"}
     for cfg in configs:
         # The forward's TMA loads: descriptor argument -> rows per block ("row" or "step").
         passes = [("fwd", A._attn_fwd_kernel, "BLOCK_M", "BLOCK_N", cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps,
                    cfg.fwd_stages, dict(TAIL_FIRST=bool(cfg.fwd_tail_first)),
                    dict(QD="row", KD="step", VD="step")),
                   ("dkdv", A._attn_bwd_dkdv_kernel, "BLOCK_N", "BLOCK_M", cfg.dkdv_block_n, cfg.dkdv_block_m,
-                   cfg.bwd_warps, cfg.bwd_stages, {}, None),
+                   cfg.bwd_warps, cfg.bwd_stages, dict(ROPE=True), None),
                   ("dq", A._attn_bwd_dq_kernel, "BLOCK_M", "BLOCK_N", cfg.dq_block_m, cfg.dq_block_n, cfg.bwd_warps,
-                   cfg.bwd_stages, {}, None)]
+                   cfg.bwd_stages, dict(ROPE=True), None)]
         for name, fn, rows, step, block, block_step, warps, stages, own, descs in passes:
             for tile, tile_step, tile_warps, tile_stages, tiles in A._launches(cfg, block, block_step, warps, stages,
                                                                                short=cfg.short_span > 0):

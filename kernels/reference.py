@@ -52,6 +52,13 @@ def attention_reference(
     return torch.matmul(torch.softmax(scores, dim=-1), vf).to(q.dtype)
 
 
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the two halves of each head (GPT-NeoX layout) by angles whose cos and sin broadcast against x's halves:
+    the model's (B, T, heads, head_dim) with (B, T, 1, head_dim/2)."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).type_as(x)
+
+
 def embedding_reference(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return weight.float()[ids].to(weight.dtype)
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from proxycomp.errors import UserError
 from proxycomp.kernels.ops import define_op
-from proxycomp.kernels.reference import document_runs
+from proxycomp.kernels.reference import apply_rope, document_runs
 
 if TYPE_CHECKING:
     from torch.nn.attention.flex_attention import BlockMask
@@ -164,12 +164,6 @@ def rope_angles(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[t
     return cos[:, :, None, :], sin[:, :, None, :]
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the two halves of each head (GPT-NeoX layout); x is (B, T, heads, head_dim)."""
-    x1, x2 = x.float().chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).type_as(x)
-
-
 def document_mask(q_doc: torch.Tensor, k_doc: torch.Tensor, q_start: int = 0) -> torch.Tensor:
     """(B, 1, Tq, Tk) boolean: key j is visible to query i if j <= q_start + i and both share a document."""
     tq, tk = q_doc.shape[1], k_doc.shape[1]
@@ -204,8 +198,11 @@ def cu_seqlens(doc_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 # ---- attention backends: each takes q, k, v as (B, T, heads, head_dim) and returns (B, T, n_heads, head_dim) ----
+# q and k come rotated by RoPE, except to a backend that `rotates` them itself and takes the angles too.
 class SdpaAttention:
     """torch's scaled_dot_product_attention, with a dense document mask: the CPU path and the reference."""
+
+    rotates = False
 
     def layout(self, doc_ids: torch.Tensor | None, batch: int, t: int, device: torch.device) -> None:
         return None
@@ -220,7 +217,10 @@ class SdpaAttention:
 
 
 class TritonAttention:
-    """proxycomp's document-masked flash attention; the document bounds are made once per forward."""
+    """proxycomp's document-masked flash attention; the document bounds are made once per forward. It takes q and k
+    before RoPE: its backward kernels turn their gradients back through the rotation, a pass over dq and dk less."""
+
+    rotates = True
 
     def __init__(self) -> None:  # resolved at construction: a missing kernel fails now, not mid-run
         kernel = _load_kernel("attention", "attn_backend")
@@ -229,13 +229,17 @@ class TritonAttention:
     def layout(self, doc_ids: torch.Tensor | None, batch: int, t: int, device: torch.device):
         return None if doc_ids is None else self.bounds(doc_ids)
 
-    def __call__(self, q, k, v, doc_ids: torch.Tensor | None, layout) -> torch.Tensor:
-        out = self.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), doc_bounds=layout, causal=True)
+    def __call__(self, q, k, v, doc_ids: torch.Tensor | None, layout, rope) -> torch.Tensor:
+        cos, sin = (t[:, :, 0] for t in rope)  # (B, T, head_dim / 2) as the kernel reads them
+        out = self.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), doc_bounds=layout, causal=True,
+                          rope=(cos, sin))
         return out.transpose(1, 2)
 
 
 class FlexAttention:
     """torch's FlexAttention with a block mask of the documents (made once per forward)."""
+
+    rotates = False
 
     def __init__(self) -> None:
         from torch.nn.attention.flex_attention import flex_attention
@@ -252,6 +256,8 @@ class FlexAttention:
 
 class FlashAttnVarlen:
     """The flash-attn package's varlen kernel over the flattened batch, one sequence per document."""
+
+    rotates = False
 
     def __init__(self) -> None:
         try:
@@ -349,16 +355,19 @@ class Attention(nn.Module):
         bounds (given with doc_ids), the flex backend's block mask (always)."""
         b, t, _ = x.shape
         cfg = self.config
-        q = apply_rope(self.wq(x).view(b, t, cfg.n_heads, cfg.head_dim), *rope)
-        k = apply_rope(self.wk(x).view(b, t, cfg.kv_heads, cfg.head_dim), *rope)
+        q = self.wq(x).view(b, t, cfg.n_heads, cfg.head_dim)
+        k = self.wk(x).view(b, t, cfg.kv_heads, cfg.head_dim)
         v = self.wv(x).view(b, t, cfg.kv_heads, cfg.head_dim)
         if cache is not None:
             # Decoding: queries and keys differ in length, which only the sdpa path takes.
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
             k_all, v_all = cache.append(self.layer, k.transpose(1, 2), v.transpose(1, 2))
             out = F.scaled_dot_product_attention(q.transpose(1, 2), k_all, v_all, attn_mask=cache_mask, enable_gqa=True)
             out = out.transpose(1, 2)
+        elif self.attend.rotates:
+            out = self.attend(q, k, v, doc_ids, doc_layout, rope)
         else:
-            out = self.attend(q, k, v, doc_ids, doc_layout)
+            out = self.attend(apply_rope(q, *rope), apply_rope(k, *rope), v, doc_ids, doc_layout)
         return self.wo(out.reshape(b, t, cfg.n_heads * cfg.head_dim))
 
 

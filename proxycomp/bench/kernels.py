@@ -387,7 +387,8 @@ def _host_pieces(A, q, k, v, grad_out, bounds) -> dict[str, float]:
     steps = {
         "engine": lambda: _PassThrough.apply(x).backward(x.detach()),
         "fwd launches": no_grad(lambda: A._launch_fwd(q, k, v, start, end, True, scale, True, cfg)),
-        "bwd launches": no_grad(lambda: A._launch_bwd(grad_out, q, k, v, o, lse, start, end, True, scale, True, cfg)),
+        "bwd launches": no_grad(lambda: A._launch_bwd(grad_out, q, k, v, o, lse, None, None, start, end, True, scale,
+                                                      True, cfg)),
         "fwd no grad": no_grad(lambda: flash_attention(q, k, v, doc_bounds=bounds)),
         "fwd": lambda: flash_attention(q, k, v, doc_bounds=bounds),
         "bwd": lambda: retained.backward(grad_out, retain_graph=True),

@@ -18,7 +18,7 @@ from proxycomp.kernels.attention import (
     flash_attn_bwd,
     flash_attn_fwd,
 )
-from proxycomp.model import ModelConfig, Transformer
+from proxycomp.model import ModelConfig, Transformer, rope_angles
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # head_dim 16: the smallest the kernel takes. (batch, heads, kv_heads, seq)
@@ -41,6 +41,12 @@ def _random_doc_ids(batch, seq):
     return cuts.cumsum(dim=1).to(DEVICE)
 
 
+def _angles(q):
+    """RoPE's cos and sin (B, S, D/2) at random positions."""
+    cos, sin = rope_angles(torch.randint(0, 500, (q.shape[0], q.shape[2]), device=DEVICE), q.shape[-1], 1e4)
+    return cos[:, :, 0], sin[:, :, 0]
+
+
 def _op_args(q, docs, causal=True, scale=0.3, skip=True):
     bounds = document_bounds(_random_doc_ids(q.shape[0], q.shape[2])) if docs else (None, None)
     return (*bounds, causal, scale, skip, default_config(16, q.device).ints())
@@ -54,23 +60,25 @@ def test_forward_op_passes_opcheck(shape, docs):
     torch.library.opcheck(flash_attn_fwd, (q, k, v, *_op_args(q, docs)))
 
 
-@pytest.mark.parametrize("docs", [False, True], ids=["causal", "docs"])
+@pytest.mark.parametrize("docs", [False, True], ids=["causal", "docs and rope"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
 def test_backward_op_passes_opcheck(shape, docs):
     q, k, v = _qkv(*shape, requires_grad=False)
     args = _op_args(q, docs, causal=False)
     o, lse = flash_attn_fwd(q, k, v, *args)
-    torch.library.opcheck(flash_attn_bwd, (torch.randn_like(o), q, k, v, o, lse, *args))
+    angles = _angles(q) if docs else (None, None)
+    torch.library.opcheck(flash_attn_bwd, (torch.randn_like(o), q, k, v, o, lse, *angles, *args))
 
 
 def test_fake_outputs_have_the_real_layout():
     q, k, v = _qkv(2, 4, 2, 37)
     args = _op_args(q, True)
+    angles = _angles(q)
     real = flash_attn_fwd(q, k, v, *args)
-    real_grads = flash_attn_bwd(torch.randn_like(real[0]), q, k, v, *real, *args)
+    real_grads = flash_attn_bwd(torch.randn_like(real[0]), q, k, v, *real, *angles, *args)
     with torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=True):
         fake = flash_attn_fwd(q, k, v, *args)
-        fake_grads = flash_attn_bwd(torch.empty_like(real[0]), q, k, v, *fake, *args)
+        fake_grads = flash_attn_bwd(torch.empty_like(real[0]), q, k, v, *fake, *angles, *args)
     for got, want in zip((*fake, *fake_grads), (*real, *real_grads)):
         assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
 
@@ -98,23 +106,26 @@ def test_eager_calls_skip_the_ops_and_equal_them():
     o, lse = flash_attn_fwd(q, k, v, *args)
     assert not o.requires_grad and not lse.requires_grad
     for got, want in zip((eager, *torch.autograd.grad(eager, (q, k, v), grad_out)),
-                         (o, *flash_attn_bwd(grad_out, q, k, v, o, lse, *args))):
+                         (o, *flash_attn_bwd(grad_out, q, k, v, o, lse, None, None, *args))):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("docs", [False, True], ids=["causal", "docs"])
+@pytest.mark.parametrize("docs", [False, True], ids=["causal", "docs and rope"])
 def test_compiled_attention_is_one_op_each_way_and_equals_eager(aot_graph_recorder, docs):
+    """With RoPE, its rotation is traced into the forward graph (for the compiler to fuse) and its backward is the
+    backward op's: the backward graph holds nothing else."""
     q, k, v = _qkv(1, 2, 1, 33)
     doc_ids = _random_doc_ids(1, 33) if docs else None
+    rope = _angles(q) if docs else None
     grad_out = torch.randn(q.shape, device=DEVICE)
     compiled = torch.compile(flash_attention, backend=aot_graph_recorder, fullgraph=True)
     results = [(out, *torch.autograd.grad(out, (q, k, v), grad_out))
-               for out in (compiled(q, k, v, doc_ids), flash_attention(q, k, v, doc_ids))]
+               for out in (compiled(q, k, v, doc_ids, rope=rope), flash_attention(q, k, v, doc_ids, rope=rope))]
     for got, want in zip(*results):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     forward_ops, backward_ops = aot_graph_recorder.call_targets()
     assert forward_ops.count("proxycomp.flash_attn_fwd.default") == 1
-    assert backward_ops.count("proxycomp.flash_attn_bwd.default") == 1
+    assert [op for op in backward_ops if "getitem" not in op] == ["proxycomp.flash_attn_bwd.default"]
 
 
 def _bounds(batch=1, seq=16):

@@ -13,7 +13,8 @@ import torch
 from proxycomp.kernels import attention
 from proxycomp.kernels.attention import (SHORT_TILES, AttentionConfig, KernelInputError, default_config,
                                          document_bounds, flash_attention, with_short_tiles)
-from proxycomp.kernels.reference import attention_reference
+from proxycomp.kernels.reference import apply_rope, attention_reference
+from proxycomp.model import rope_angles
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -72,12 +73,17 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm().clamp(min=floor)).item()
 
 
-def _check_against_reference(q, k, v, doc_ids, causal, tol, **kwargs):
-    out = flash_attention(q, k, v, doc_ids, causal=causal, **kwargs)
+def _check_against_reference(q, k, v, doc_ids, causal, tol, rope=None, **kwargs):
+    """With rope (cos, sin), q and k are given before RoPE and the reference rotates them in float32."""
+    out = flash_attention(q, k, v, doc_ids, causal=causal, rope=rope, **kwargs)
     grad_out = torch.randn_like(out)
     out.backward(grad_out)
     ref_in = [t.detach().float().requires_grad_() for t in (q, k, v)]
-    ref = attention_reference(*ref_in, doc_ids=doc_ids, causal=causal)
+    rotated = ref_in[:2]
+    if rope is not None:
+        cos, sin = (t[:, :, None] for t in rope)
+        rotated = [apply_rope(t.transpose(1, 2), cos, sin).transpose(1, 2) for t in rotated]
+    ref = attention_reference(*rotated, ref_in[2], doc_ids=doc_ids, causal=causal)
     ref.backward(grad_out.float())
     assert out.shape == q.shape and out.dtype == q.dtype
     assert torch.isfinite(out).all()
@@ -96,6 +102,25 @@ def test_matches_reference(case, dtype):
     doc_ids = None if doc_ids is None else doc_ids.to(DEVICE)
     q, k, v = _inputs(batch, heads, kv_heads, seq, head_dim, dtype)
     _check_against_reference(q, k, v, doc_ids, True, TOLERANCE[dtype])
+
+
+def _rope(batch: int, seq: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's angles at random positions, so that each row and batch has its own (a wrong stride shows)."""
+    cos, sin = rope_angles(torch.randint(0, 5000, (batch, seq), device=DEVICE), head_dim, 1e4)
+    return cos[:, :, 0], sin[:, :, 0]
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[3]] if CUDA else [CASES[1], CASES[2]],
+                         ids=lambda c: "-".join(map(str, c)))
+def test_rope_is_applied_and_its_gradient_turned_back(case):
+    """q and k given before RoPE: the output and the gradients of the unrotated q and k (RoPE's backward in the
+    backward kernels' epilogues), in odd shapes, GQA and documents."""
+    batch, heads, kv_heads, seq, head_dim, docs = case
+    doc_ids = _doc_ids(docs, batch, seq)
+    doc_ids = None if doc_ids is None else doc_ids.to(DEVICE)
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    q, k, v = _inputs(batch, heads, kv_heads, seq, head_dim, dtype)
+    _check_against_reference(q, k, v, doc_ids, True, TOLERANCE[dtype], rope=_rope(batch, seq, head_dim))
 
 
 @pytest.mark.parametrize("docs", ["none", "random"])
@@ -332,6 +357,18 @@ def test_bad_inputs_raise(make, message):
     q, k, v, doc_ids = make()
     with pytest.raises(KernelInputError, match=message):
         flash_attention(q, k, v, doc_ids)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [lambda c: c[:, :, :4], lambda c: c.double(), lambda c: c[:, :15], lambda c: c.new_empty(1, 16, 16)[:, :, :8]
+     .copy_(c), lambda c: c.expand(2, -1, -1)],
+    ids=["half width", "float64", "short", "other strides than cos", "batch"],
+)
+def test_bad_rope_angles_raise(change):
+    cos, sin = _rope(1, 16, 16)
+    with pytest.raises(KernelInputError, match="rope's sin must be float32 of shape"):
+        flash_attention(*_qkv(), rope=(cos, change(sin)))
 
 
 @pytest.mark.parametrize("scale", [0.0, -0.5, float("nan")])
