@@ -30,10 +30,10 @@ Causal, the diagonal phase depends on the block's position alone, so the kernels
 passes walk their key phases tail, middle, head; the online softmax takes key blocks in any order) and the bounds
 arrive behind its work.
 
-RoPE. Given its angles, the entry point takes q and k before RoPE and rotates them before the forward (under
-torch.compile by an elementwise kernel the compiler makes), and the backward's kernels turn dq and dk back through
-the rotation as they store them: rotated by the model instead, their gradients cost a pass that reads and writes
-both.
+RoPE. Given its angles, the entry point takes q and k before RoPE. k is rotated before the forward (under
+torch.compile by an elementwise kernel the compiler makes); q by the forward kernel, which loads each query row once
+and stores it rotated for the backward; and the backward's kernels turn dq and dk back through the rotation as they
+store them. Rotated by the model instead, q and k cost a pass that reads and writes both in each direction.
 
 Scores are kept in the log2 domain: log2(e) is folded into the scale so the softmax uses exp2, and
 the saved row statistic is lse2 = max + log2(sum).
@@ -215,15 +215,32 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, sks, svs, kd, vd, k_at, v_at, 
 
 
 @triton.jit
+def _rope_rows(x, cos_base, sin_base, rows, ok, scs, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr,
+               INVERSE: tl.constexpr):
+    """RoPE on rows x (ROWS, HEAD_DIM) in float32: each pair (x1, x2) of the two halves turned by its row's angle,
+    (x1 cos - x2 sin, x2 cos + x1 sin). INVERSE turns by minus the angle, which is RoPE's transpose: the gradient
+    of the rows before RoPE from that of the rotated rows."""
+    HALF: tl.constexpr = HEAD_DIM // 2
+    at = rows[:, None] * scs + tl.arange(0, HALF)[None, :]
+    c = tl.load(cos_base + at, mask=ok[:, None], other=0.0)
+    s = tl.load(sin_base + at, mask=ok[:, None], other=0.0)
+    if INVERSE:
+        s = -s
+    x1, x2 = tl.split(tl.permute(tl.reshape(x, [ROWS, 2, HALF]), [0, 2, 1]))
+    return tl.reshape(tl.permute(tl.join(x1 * c - x2 * s, x2 * c + x1 * s), [0, 2, 1]), [ROWS, HEAD_DIM])
+
+
+@triton.jit
 def _attn_fwd_kernel(
-    Q, K, V, O, LSE, DOC_START, DOC_END, QD, KD, VD,
-    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
+    Q, K, V, O, LSE, DOC_START, DOC_END, QD, KD, VD, COS, SIN, QR,
+    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos, scb, scs, sqrb, sqrh, sqrs,
     H, S, qk_scale2, short_span,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
-    SUPER: tl.constexpr, TILES: tl.constexpr, TAIL_FIRST: tl.constexpr, TMA: tl.constexpr,
+    SUPER: tl.constexpr, TILES: tl.constexpr, TAIL_FIRST: tl.constexpr, TMA: tl.constexpr, ROPE: tl.constexpr,
 ):
-    """One query block. TMA: q, k and v come through the tensor descriptors QD, KD, VD (else None)."""
+    """One query block. TMA: q, k and v come through the tensor descriptors QD, KD, VD (else None). ROPE: q is
+    given before RoPE (k after): the block rotates its rows once and stores them in QR for the backward."""
     # Causal blocks further down the sequence do more work: launch them first for a shorter tail.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -248,6 +265,10 @@ def _attn_fwd_kernel(
         k_at = (0, 0)
         v_at = (0, 0)
         q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    if ROPE:
+        q = _rope_rows(q.to(tl.float32), COS + b * scb, SIN + b * scb, offs_m, row_ok, scs, BLOCK_M, HEAD_DIM,
+                       False).to(QR.dtype.element_ty)
+        tl.store(QR + b * sqrb + h * sqrh + offs_m[:, None] * sqrs + offs_d[None, :], q, mask=row_ok[:, None])
     start_q, end_q, start_first, start_last, end_first, end_last = _doc_bounds(
         DOC_START, DOC_END, b * S, offs_m, m0, last, S, HAS_DOCS)
     lo, mid_lo, tail_lo, hi = _key_phases(m0, last, start_first, start_last, end_first, end_last, S,
@@ -275,19 +296,6 @@ def _attn_fwd_kernel(
     tl.store(O + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=row_ok[:, None])
     tl.store(LSE + pid_bh * S + offs_m, m_i + tl.log2(l_i), mask=row_ok)
-
-
-@triton.jit
-def _unrotate(g, cos_base, sin_base, rows, ok, scs, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """The gradient of rows before RoPE from g (ROWS, HEAD_DIM), the gradient of the rotated rows. RoPE turned each
-    pair (x1, x2) of the two halves by its row's angle, y1 = x1 cos - x2 sin and y2 = x2 cos + x1 sin, so its
-    transpose turns g back: g1 cos + g2 sin and g2 cos - g1 sin."""
-    HALF: tl.constexpr = HEAD_DIM // 2
-    at = rows[:, None] * scs + tl.arange(0, HALF)[None, :]
-    c = tl.load(cos_base + at, mask=ok[:, None], other=0.0)
-    s = tl.load(sin_base + at, mask=ok[:, None], other=0.0)
-    g1, g2 = tl.split(tl.permute(tl.reshape(g, [ROWS, 2, HALF]), [0, 2, 1]))
-    return tl.reshape(tl.permute(tl.join(g1 * c + g2 * s, g2 * c - g1 * s), [0, 2, 1]), [ROWS, HEAD_DIM])
 
 
 @triton.jit
@@ -392,7 +400,7 @@ def _attn_bwd_dkdv_kernel(
 
     dk = dk * sm_scale
     if ROPE:  # k was rotated in the forward: dk is stored for the keys before it
-        dk = _unrotate(dk, COS + b * scb, SIN + b * scb, offs_n, col_ok, scs, BLOCK_N, HEAD_DIM)
+        dk = _rope_rows(dk, COS + b * scb, SIN + b * scb, offs_n, col_ok, scs, BLOCK_N, HEAD_DIM, True)
     tl.store(DK + b * sdkb + hkv * sdkh + offs_n[:, None] * sdks + offs_d[None, :],
              dk.to(DK.dtype.element_ty), mask=col_ok[:, None])
     tl.store(DV + b * sdvb + hkv * sdvh + offs_n[:, None] * sdvs + offs_d[None, :],
@@ -472,7 +480,7 @@ def _attn_bwd_dq_kernel(
                     qk_scale2, HEAD_DIM, BLOCK_N, True, CAUSAL, FP32_DOT)
     dq = dq * sm_scale
     if ROPE:
-        dq = _unrotate(dq, COS + b * scb, SIN + b * scb, offs_m, row_ok, scs, BLOCK_M, HEAD_DIM)
+        dq = _rope_rows(dq, COS + b * scb, SIN + b * scb, offs_m, row_ok, scs, BLOCK_M, HEAD_DIM, True)
     tl.store(DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqs + offs_d[None, :],
              dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
 
@@ -706,32 +714,38 @@ def _fp32_dot(dtype: torch.dtype) -> bool:
     return interpreting() and dtype == torch.bfloat16
 
 
-def _forward_outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """o stored (B, S, H, D) and seen as (B, H, S, D): the model's next op merges heads, a free view then; lse2."""
+def _forward_outputs(q: torch.Tensor, rope: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """o stored (B, S, H, D) and seen as (B, H, S, D): the model's next op merges heads, a free view then; lse2; and
+    with RoPE q rotated, laid out as q (else empty)."""
     batch, heads, seq_len, head_dim = q.shape
     o = q.new_empty(batch, seq_len, heads, head_dim).transpose(1, 2)
-    return o, q.new_empty(batch, heads, seq_len, dtype=torch.float32)
+    q_rotated = torch.empty_like(q) if rope else q.new_empty(0)
+    return o, q.new_empty(batch, heads, seq_len, dtype=torch.float32), q_rotated
 
 
-def _launch_fwd(q, k, v, doc_start, doc_end, causal: bool, scale: float, skip: bool, cfg: AttentionConfig):
-    """Launch the forward kernel on checked inputs; returns o (see _forward_outputs) and lse2 (B, H, S) float32."""
+def _launch_fwd(q, k, v, cos, sin, doc_start, doc_end, causal: bool, scale: float, skip: bool, cfg: AttentionConfig):
+    """Launch the forward kernel on checked inputs; returns o, lse2 (B, H, S) float32 and q rotated (see
+    _forward_outputs). With cos and sin, q is given before RoPE and k after."""
     batch, heads, seq_len, head_dim = q.shape
-    o, lse = _forward_outputs(q)
+    rope = cos is not None
+    o, lse, q_rotated = _forward_outputs(q, rope)
     has_docs = doc_start is not None
     short = has_docs and skip and cfg.short_span > 0
-    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3])
+    angles = (cos, sin, q_rotated) if rope else (lse, lse, lse)
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+               *(cos.stride()[:2] + q_rotated.stride()[:3] if rope else (0,) * 5))
     for block_m, block_n, warps, stages, tiles in _launches(cfg, cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps,
                                                             cfg.fwd_stages, short):
         descs = _descriptors(cfg, (q, block_m), (k, block_n), (v, block_n))
         _FWD[(cdiv(seq_len, block_m), batch * heads)](
-            q, k, v, o, lse, doc_start if has_docs else lse, doc_end if has_docs else lse, *descs, *strides,
-            heads, seq_len, scale * LOG2E, cfg.short_span,
+            q, k, v, o, lse, doc_start if has_docs else lse, doc_end if has_docs else lse, *descs, *angles,
+            *strides, heads, seq_len, scale * LOG2E, cfg.short_span,
             GROUP=heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
             CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip, FP32_DOT=_fp32_dot(q.dtype), SUPER=cfg.fwd_block_m,
-            TILES=tiles, TAIL_FIRST=bool(cfg.fwd_tail_first), TMA=descs[0] is not None, num_warps=warps,
+            TILES=tiles, TAIL_FIRST=bool(cfg.fwd_tail_first), TMA=descs[0] is not None, ROPE=rope, num_warps=warps,
             num_stages=stages,
         )
-    return o, lse
+    return o, lse, q_rotated
 
 
 def _launch_bwd(do, q, k, v, o, lse, cos, sin, doc_start, doc_end, causal: bool, scale: float, skip: bool,
@@ -777,11 +791,11 @@ def _launch_bwd(do, q, k, v, o, lse, cos, sin, doc_start, doc_end, causal: bool,
 # fields' ints.
 flash_attn_fwd = define_op(
     "flash_attn_fwd",
-    "(Tensor q, Tensor k, Tensor v, Tensor? doc_start, Tensor? doc_end, bool causal, float scale, bool skip, "
-    "int[] config) -> (Tensor, Tensor)",
-    lambda q, k, v, doc_start, doc_end, causal, scale, skip, config: _launch_fwd(
-        q, k, v, doc_start, doc_end, causal, scale, skip, AttentionConfig(*config)),
-    lambda q, *_: _forward_outputs(q))
+    "(Tensor q, Tensor k, Tensor v, Tensor? cos, Tensor? sin, Tensor? doc_start, Tensor? doc_end, bool causal, "
+    "float scale, bool skip, int[] config) -> (Tensor, Tensor, Tensor)",
+    lambda q, k, v, cos, sin, doc_start, doc_end, causal, scale, skip, config: _launch_fwd(
+        q, k, v, cos, sin, doc_start, doc_end, causal, scale, skip, AttentionConfig(*config)),
+    lambda q, k, v, cos, *_: _forward_outputs(q, cos is not None))
 flash_attn_bwd = define_op(
     "flash_attn_bwd",
     "(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? cos, Tensor? sin, Tensor? doc_start, "
@@ -798,12 +812,16 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, cos, sin, doc_start, doc_end, causal, scale, skip, cfg):
-        if cos is not None:  # rotated here, so that the backward's kernels return the gradients of the rows before
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        # With RoPE, k is rotated here (under torch.compile, by a kernel the compiler makes) and q by the forward
+        # kernel, which loads each row once anyway; the backward's kernels return the gradients of the rows before.
+        if cos is not None:
+            k = _rotate(k, cos, sin)
         if torch.compiler.is_compiling():
-            o, lse = flash_attn_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, cfg.ints())
+            o, lse, q_rotated = flash_attn_fwd(q, k, v, cos, sin, doc_start, doc_end, causal, scale, skip, cfg.ints())
         else:
-            o, lse = _launch_fwd(q, k, v, doc_start, doc_end, causal, scale, skip, cfg)
+            o, lse, q_rotated = _launch_fwd(q, k, v, cos, sin, doc_start, doc_end, causal, scale, skip, cfg)
+        if cos is not None:
+            q = q_rotated
         ctx.save_for_backward(q, k, v, o, lse, cos, sin, doc_start, doc_end)
         ctx.options = (causal, scale, skip, cfg)
         return o

@@ -40,21 +40,21 @@ def _pointers(dtype: str, *names: str) -> dict[str, str]:
 def attention_builds(head_dim: int):
     """Each pass as the launchers run it with documents: the default config's launches (one per pass, or its long
     tiles in the pass's blocks and its short tiles in the short blocks), and the short tiles' launches where the
-    default leaves them off, since a config may turn them on. The backward passes turn RoPE's gradient back, as the
-    model runs them (without it, they only lose that epilogue)."""
+    default leaves them off, since a config may turn them on. With RoPE, as the model runs them (without it, the
+    forward only loses its rotation of q, the backward passes the rotation of their gradients back)."""
     from . import attention as A
 
     default = A.default_config(head_dim, torch.device("cuda"))
     short = A.with_short_tiles(default, head_dim)
     configs = [default] if short == default else [default, short]
     flags = dict(HEAD_DIM=head_dim, CAUSAL=True, HAS_DOCS=True, SKIP=True, FP32_DOT=False)
-    qkv = {**_pointers("bf16", "Q", "K", "V", "O", "DO", "DQ", "DK", "DV"), **_pointers("fp32", "LSE", "DELTA"),
+    qkv = {**_pointers("bf16", "Q", "K", "V", "O", "DO", "DQ", "DK", "DV", "QR"), **_pointers("fp32", "LSE", "DELTA"),
            **_pointers("i32", "DOC_START", "DOC_END"), **_pointers("fp32", "COS", "SIN"), "qk_scale2": "fp32",
            "sm_scale": "fp32"}
     for cfg in configs:
         # The forward's TMA loads: descriptor argument -> rows per block ("row" or "step").
         passes = [("fwd", A._attn_fwd_kernel, "BLOCK_M", "BLOCK_N", cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps,
-                   cfg.fwd_stages, dict(TAIL_FIRST=bool(cfg.fwd_tail_first)),
+                   cfg.fwd_stages, dict(TAIL_FIRST=bool(cfg.fwd_tail_first), ROPE=True),
                    dict(QD="row", KD="step", VD="step")),
                   ("dkdv", A._attn_bwd_dkdv_kernel, "BLOCK_N", "BLOCK_M", cfg.dkdv_block_n, cfg.dkdv_block_m,
                    cfg.bwd_warps, cfg.bwd_stages, dict(ROPE=True), None),

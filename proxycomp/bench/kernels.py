@@ -368,7 +368,7 @@ def _host_pieces(A, q, k, v, grad_out, bounds) -> dict[str, float]:
     cfg, scale, (start, end) = default_config(q.shape[-1], q.device), q.shape[-1] ** -0.5, bounds
     x = torch.randn(16, device=q.device, requires_grad=True)
     with torch.no_grad():
-        o, lse = A._launch_fwd(q, k, v, start, end, True, scale, True, cfg)
+        o, lse, _ = A._launch_fwd(q, k, v, None, None, start, end, True, scale, True, cfg)
     retained = flash_attention(q, k, v, doc_bounds=bounds)
 
     def fresh(step):
@@ -386,7 +386,7 @@ def _host_pieces(A, q, k, v, grad_out, bounds) -> dict[str, float]:
 
     steps = {
         "engine": lambda: _PassThrough.apply(x).backward(x.detach()),
-        "fwd launches": no_grad(lambda: A._launch_fwd(q, k, v, start, end, True, scale, True, cfg)),
+        "fwd launches": no_grad(lambda: A._launch_fwd(q, k, v, None, None, start, end, True, scale, True, cfg)),
         "bwd launches": no_grad(lambda: A._launch_bwd(grad_out, q, k, v, o, lse, None, None, start, end, True, scale,
                                                       True, cfg)),
         "fwd no grad": no_grad(lambda: flash_attention(q, k, v, doc_bounds=bounds)),

@@ -57,7 +57,8 @@ def _op_args(q, docs, causal=True, scale=0.3, skip=True):
 def test_forward_op_passes_opcheck(shape, docs):
     # Inputs that need no gradient: the op alone is not differentiable (the autograd.Function is, tested below).
     q, k, v = _qkv(*shape, requires_grad=False)
-    torch.library.opcheck(flash_attn_fwd, (q, k, v, *_op_args(q, docs)))
+    angles = _angles(q) if docs else (None, None)
+    torch.library.opcheck(flash_attn_fwd, (q, k, v, *angles, *_op_args(q, docs)))
 
 
 @pytest.mark.parametrize("docs", [False, True], ids=["causal", "docs and rope"])
@@ -65,8 +66,9 @@ def test_forward_op_passes_opcheck(shape, docs):
 def test_backward_op_passes_opcheck(shape, docs):
     q, k, v = _qkv(*shape, requires_grad=False)
     args = _op_args(q, docs, causal=False)
-    o, lse = flash_attn_fwd(q, k, v, *args)
     angles = _angles(q) if docs else (None, None)
+    o, lse, q_rotated = flash_attn_fwd(q, k, v, *angles, *args)
+    q = q_rotated if docs else q
     torch.library.opcheck(flash_attn_bwd, (torch.randn_like(o), q, k, v, o, lse, *angles, *args))
 
 
@@ -74,11 +76,11 @@ def test_fake_outputs_have_the_real_layout():
     q, k, v = _qkv(2, 4, 2, 37)
     args = _op_args(q, True)
     angles = _angles(q)
-    real = flash_attn_fwd(q, k, v, *args)
-    real_grads = flash_attn_bwd(torch.randn_like(real[0]), q, k, v, *real, *angles, *args)
+    real = flash_attn_fwd(q, k, v, *angles, *args)
+    real_grads = flash_attn_bwd(torch.randn_like(real[0]), real[2], k, v, *real[:2], *angles, *args)
     with torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=True):
-        fake = flash_attn_fwd(q, k, v, *args)
-        fake_grads = flash_attn_bwd(torch.empty_like(real[0]), q, k, v, *fake, *angles, *args)
+        fake = flash_attn_fwd(q, k, v, *angles, *args)
+        fake_grads = flash_attn_bwd(torch.empty_like(real[0]), fake[2], k, v, *fake[:2], *angles, *args)
     for got, want in zip((*fake, *fake_grads), (*real, *real_grads)):
         assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
 
@@ -103,7 +105,7 @@ def test_eager_calls_skip_the_ops_and_equal_them():
     grad_out = torch.randn(q.shape, device=DEVICE)
     eager = flash_attention(q, k, v, doc_bounds=args[:2], softmax_scale=args[3])
     assert type(eager.grad_fn).__name__ == "_AttentionBackward"
-    o, lse = flash_attn_fwd(q, k, v, *args)
+    o, lse, _ = flash_attn_fwd(q, k, v, None, None, *args)
     assert not o.requires_grad and not lse.requires_grad
     for got, want in zip((eager, *torch.autograd.grad(eager, (q, k, v), grad_out)),
                          (o, *flash_attn_bwd(grad_out, q, k, v, o, lse, None, None, *args))):
