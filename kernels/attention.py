@@ -840,7 +840,7 @@ class _Attention(torch.autograd.Function):
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """RoPE on x (B, H, S, D) by angles (B, S, D/2), computed as the model's (B, S, H, D) rows so that a model's
     projection seen as (B, H, S, D) keeps its layout, and so do the gradients stored in the rotated rows' layout."""
-    return apply_rope(x.transpose(1, 2), cos[:, :, None], sin[:, :, None]).transpose(1, 2)
+    return apply_rope(x.transpose(1, 2), cos, sin).transpose(1, 2)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -53,9 +53,10 @@ def attention_reference(
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the two halves of each head (GPT-NeoX layout) by angles whose cos and sin broadcast against x's halves:
-    the model's (B, T, heads, head_dim) with (B, T, 1, head_dim/2)."""
+    """Rotate the two halves of each head (GPT-NeoX layout): x (B, T, heads, head_dim) by angles (B, T, head_dim/2),
+    the same for every head."""
     x1, x2 = x.float().chunk(2, dim=-1)
+    cos, sin = cos[..., None, :], sin[..., None, :]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).type_as(x)
 
 

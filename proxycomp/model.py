@@ -159,9 +159,8 @@ _rope_cos_sin = define_op("rope_angles", "(Tensor positions, int head_dim, float
 
 
 def rope_angles(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of shape (B, T, 1, head_dim/2) for integer positions (B, T)."""
-    cos, sin = _rope_cos_sin(positions, head_dim, float(theta))
-    return cos[:, :, None, :], sin[:, :, None, :]
+    """cos and sin of shape (B, T, head_dim/2) for integer positions (B, T)."""
+    return _rope_cos_sin(positions, head_dim, float(theta))
 
 
 def document_mask(q_doc: torch.Tensor, k_doc: torch.Tensor, q_start: int = 0) -> torch.Tensor:
@@ -230,9 +229,8 @@ class TritonAttention:
         return None if doc_ids is None else self.bounds(doc_ids)
 
     def __call__(self, q, k, v, doc_ids: torch.Tensor | None, layout, rope) -> torch.Tensor:
-        cos, sin = (t[:, :, 0] for t in rope)  # (B, T, head_dim / 2) as the kernel reads them
         out = self.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), doc_bounds=layout, causal=True,
-                          rope=(cos, sin))
+                          rope=rope)
         return out.transpose(1, 2)
 
 

@@ -299,9 +299,9 @@ def test_rope_angles_match_their_formula():
     cos, sin = rope_angles(positions, 8, 1e5)
     inv_freq = 1e5 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
     angles = positions.double()[..., None] * inv_freq
-    assert cos.shape == sin.shape == (2, 4, 1, 4)
-    torch.testing.assert_close(cos[:, :, 0].double(), angles.cos(), atol=5e-4, rtol=0)  # fp32 angles at position 4000
-    torch.testing.assert_close(sin[:, :, 0].double(), angles.sin(), atol=5e-4, rtol=0)
+    assert cos.shape == sin.shape == (2, 4, 4)
+    torch.testing.assert_close(cos.double(), angles.cos(), atol=5e-4, rtol=0)  # fp32 angles at position 4000
+    torch.testing.assert_close(sin.double(), angles.sin(), atol=5e-4, rtol=0)
 
 
 # ---------------------------------------------------------------------------------------------- embed_backend="triton"

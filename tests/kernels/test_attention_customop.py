@@ -43,8 +43,7 @@ def _random_doc_ids(batch, seq):
 
 def _angles(q):
     """RoPE's cos and sin (B, S, D/2) at random positions."""
-    cos, sin = rope_angles(torch.randint(0, 500, (q.shape[0], q.shape[2]), device=DEVICE), q.shape[-1], 1e4)
-    return cos[:, :, 0], sin[:, :, 0]
+    return rope_angles(torch.randint(0, 500, (q.shape[0], q.shape[2]), device=DEVICE), q.shape[-1], 1e4)
 
 
 def _op_args(q, docs, causal=True, scale=0.3, skip=True):

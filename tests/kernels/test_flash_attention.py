@@ -81,8 +81,7 @@ def _check_against_reference(q, k, v, doc_ids, causal, tol, rope=None, **kwargs)
     ref_in = [t.detach().float().requires_grad_() for t in (q, k, v)]
     rotated = ref_in[:2]
     if rope is not None:
-        cos, sin = (t[:, :, None] for t in rope)
-        rotated = [apply_rope(t.transpose(1, 2), cos, sin).transpose(1, 2) for t in rotated]
+        rotated = [apply_rope(t.transpose(1, 2), *rope).transpose(1, 2) for t in rotated]
     ref = attention_reference(*rotated, ref_in[2], doc_ids=doc_ids, causal=causal)
     ref.backward(grad_out.float())
     assert out.shape == q.shape and out.dtype == q.dtype
@@ -106,8 +105,7 @@ def test_matches_reference(case, dtype):
 
 def _rope(batch: int, seq: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's angles at random positions, so that each row and batch has its own (a wrong stride shows)."""
-    cos, sin = rope_angles(torch.randint(0, 5000, (batch, seq), device=DEVICE), head_dim, 1e4)
-    return cos[:, :, 0], sin[:, :, 0]
+    return rope_angles(torch.randint(0, 5000, (batch, seq), device=DEVICE), head_dim, 1e4)
 
 
 @pytest.mark.parametrize("case", [CASES[1], CASES[3]] if CUDA else [CASES[1], CASES[2]],
