@@ -40,8 +40,8 @@ def _pointers(dtype: str, *names: str) -> dict[str, str]:
 def attention_builds(head_dim: int):
     """Each pass as the launchers run it with documents: the default config's launches (one per pass, or its long
     tiles in the pass's blocks and its short tiles in the short blocks), and the short tiles' launches where the
-    default leaves them off, since a config may turn them on. With RoPE, as the model runs them (without it, the
-    forward only loses its rotation of q, the backward passes the rotation of their gradients back)."""
+    default leaves them off, since a config may turn them on. Each with RoPE, as the model runs them: without it, a
+    pass only loses its rotation (of q in the forward, of dq or dk as the backward's passes store them)."""
     from . import attention as A
 
     default = A.default_config(head_dim, torch.device("cuda"))
