@@ -4,6 +4,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from proxycomp.cli import main as proxycomp
 
@@ -73,7 +74,10 @@ def test_two_estimators_share_one_warm_start(compare_rl, tiny_ckpt, tmp_path, ca
 
     # A time budget too short for one more step: trloo stops at its checkpoint and is evaluated after 2 steps (or
     # keeps the rows it has for them, where no time is left for the evaluation's chunk);
-    # grpo, run after it, is given trloo's 2 steps instead of a clock, so both end at an equal budget.
+    # grpo, run after it, is given trloo's 2 steps instead of a clock, so both end at an equal budget. Its checkpoint
+    # says its steps took an hour (as on a slow machine), so no host is fast enough to fit a third in the second.
+    checkpoint = out / "trloo" / "checkpoints" / "last.ckpt"
+    torch.save({**torch.load(checkpoint, weights_only=True), "longest_step_s": 3600.0}, checkpoint)
     status = compare_rl.main(["--config", str(RECIPE), "--ckpt", str(tiny_ckpt), "--out", str(out), "--resume",
                               "--max_time_s", "1", "--sft_control", "--", *overrides[:4], "--steps", "3",
                               *overrides[6:]])
