@@ -15,6 +15,42 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def _interpreter_takes_loaded_loop_bounds() -> bool:
+    """Whether Triton's interpreter runs a loop whose bound is a loaded scalar, as the attention kernels' document
+    loops are. Triton 3.6's cannot under numpy >= 2.4 (its `tensor.__index__` calls `int()` on a one-element array,
+    which numpy 2.4 refuses), and every attention test would fail with a bare TypeError."""
+    import triton
+    import triton.language as tl
+    from triton.runtime.errors import InterpreterError
+
+    @triton.jit
+    def count(bound_ptr, out_ptr):
+        n = 0
+        for _ in range(0, tl.load(bound_ptr)):
+            n += 1
+        tl.store(out_ptr, n)
+
+    out = torch.zeros(1, dtype=torch.int32)
+    try:
+        count[(1,)](torch.tensor([3], dtype=torch.int32), out)
+    except InterpreterError:
+        return False
+    return int(out) == 3
+
+
+def pytest_configure(config):
+    if os.environ.get("TRITON_INTERPRET") == "1" and not _interpreter_takes_loaded_loop_bounds():
+        import numpy
+        import triton
+
+        pytest.exit(
+            f"Triton {triton.__version__}'s interpreter cannot run loops bounded by a loaded value with numpy "
+            f"{numpy.__version__}, so the kernel tests cannot run on the CPU here: install numpy<2.4 or a Triton whose "
+            "interpreter does (3.9 does; `make test` installs it)",
+            returncode=4,
+        )
+
+
 def pytest_collection_modifyitems(config, items):
     if HAS_CUDA:
         return
