@@ -240,7 +240,7 @@ def _attn_fwd_kernel(
     SUPER: tl.constexpr, TILES: tl.constexpr, TAIL_FIRST: tl.constexpr, TMA: tl.constexpr, ROPE: tl.constexpr,
 ):
     """One query block. TMA: q, k and v come through the tensor descriptors QD, KD, VD (else None). ROPE: q is
-    given before RoPE (k after): the block rotates its rows once and stores them in QR for the backward."""
+    given before RoPE (k after): the block rotates its rows once, stores them in QR for the backward and reads them back from there."""
     # Causal blocks further down the sequence do more work: launch them first for a shorter tail.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -268,7 +268,13 @@ def _attn_fwd_kernel(
     if ROPE:
         q = _rope_rows(q.to(tl.float32), COS + b * scb, SIN + b * scb, offs_m, row_ok, scs, BLOCK_M, HEAD_DIM,
                        False).to(QR.dtype.element_ty)
-        tl.store(QR + b * sqrb + h * sqrh + offs_m[:, None] * sqrs + offs_d[None, :], q, mask=row_ok[:, None])
+        qr_at = QR + b * sqrb + h * sqrh + offs_m[:, None] * sqrs + offs_d[None, :]
+        tl.store(qr_at, q, mask=row_ok[:, None])
+        # Read back what the block just stored (the barrier orders the two): Triton keeps a loaded q in shared
+        # memory, where each q·kᵀ reads it, but copies rotated registers in for every key block, at ~60 more
+        # registers per thread (compile_check.q_reloads).
+        tl.debug_barrier()
+        q = tl.load(qr_at, mask=row_ok[:, None], other=0.0)
     start_q, end_q, start_first, start_last, end_first, end_last = _doc_bounds(
         DOC_START, DOC_END, b * S, offs_m, m0, last, S, HAS_DOCS)
     lo, mid_lo, tail_lo, hi = _key_phases(m0, last, start_first, start_last, end_first, end_last, S,
