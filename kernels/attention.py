@@ -31,9 +31,10 @@ passes walk their key phases tail, middle, head; the online softmax takes key bl
 arrive behind its work.
 
 RoPE. Given its angles, the entry point takes q and k before RoPE. k is rotated before the forward (under
-torch.compile by an elementwise kernel the compiler makes); q by the forward kernel, which loads each query row once
-and stores it rotated for the backward; and the backward's kernels turn dq and dk back through the rotation as they
-store them. Rotated by the model instead, q and k cost a pass that reads and writes both in each direction.
+torch.compile by an elementwise kernel the compiler makes); q by the forward kernel, which loads each query row
+once, stores it rotated for the backward and reads it back (so that its matmuls find it in shared memory); and the
+backward's kernels turn dq and dk back through the rotation as they store them. Rotated by the model instead, q
+and k cost a pass that reads and writes both in each direction.
 
 Scores are kept in the log2 domain: log2(e) is folded into the scale so the softmax uses exp2, and
 the saved row statistic is lse2 = max + log2(sum).
@@ -240,7 +241,8 @@ def _attn_fwd_kernel(
     SUPER: tl.constexpr, TILES: tl.constexpr, TAIL_FIRST: tl.constexpr, TMA: tl.constexpr, ROPE: tl.constexpr,
 ):
     """One query block. TMA: q, k and v come through the tensor descriptors QD, KD, VD (else None). ROPE: q is
-    given before RoPE (k after): the block rotates its rows once, stores them in QR for the backward and reads them back from there."""
+    given before RoPE (k after): the block rotates its rows once, stores them in QR for the backward and reads them
+    back from there."""
     # Causal blocks further down the sequence do more work: launch them first for a shorter tail.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
