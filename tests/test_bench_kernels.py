@@ -22,10 +22,10 @@ def test_unknown_parts_are_refused_in_one_line(bench_kernels, monkeypatch, capsy
         bench_kernels.main()
     assert exit_info.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "--parts: choose from attention, embedding, flex, host, sweep" in error
+    assert "--parts: choose from attention, embedding, flex, host, rope, sweep" in error
 
 
-@pytest.mark.parametrize("parts", ["embedding", "flex", "attention,flex", "host"])
+@pytest.mark.parametrize("parts", ["embedding", "flex", "attention,flex", "host", "rope"])
 def test_valid_parts_reach_the_gpu_check(bench_kernels, monkeypatch, parts):
     monkeypatch.setattr(sys, "argv", ["bench_kernels.py", "--out", "x.json", "--parts", parts])
     monkeypatch.setattr(bench_kernels.torch.cuda, "is_available", lambda: False)
@@ -135,3 +135,16 @@ def test_block_sweep_rows_say_which_documents_they_timed(bench_kernels):
     assert rows[0].startswith("sweep fwd (8, 12, 4096, 64)  docs=L512 (64, 64, 4, 3)") and rows[0].endswith(
         "150 TF/s")
     assert "docs=1    (64, 64, 64, 64, 4, 3)" in rows[1]  # a record from before documents were swept: one
+
+
+def test_rope_summary_states_what_rope_adds_to_each_pass(bench_kernels):
+    row = dict(kind="rope", B=8, H=12, S=4096, D=64, docs="L512", fwd_us=100.0, bwd_us=300.0, fwd_float32_us=130.0,
+               fwd_float16_us=120.0, bwd_float32_us=330.0, bwd_float16_us=315.0, rotate_k_float32_us=40.0,
+               rotate_k_float16_us=38.0, rotate_qk_float32_us=78.0, err_float32=1e-3, err_float16=2e-3)
+    rows, ratios = bench_kernels.summary([dict(kind="gemm_ceiling", tflops=700.0), row])
+    line = next(r for r in rows if r.startswith("L512 "))
+    assert line.split() == ["L512", "100.0", "+30.0|+20.0", "300.0", "+30.0|+15.0", "40.0|38.0", "78.0"]
+    assert ratios["rope_docsL512_fwd_f32_vs_f16"] == pytest.approx(130 / 120)
+    assert ratios["rope_docsL512_bwd_f32_vs_f16"] == pytest.approx(330 / 315)
+    assert not any(r.startswith("rope part") for r in bench_kernels.summary([dict(kind="gemm_ceiling",
+                                                                                   tflops=700.0)])[0])

@@ -1,6 +1,6 @@
 """Benchmark proxycomp's Triton kernels on one GPU beside torch (proxycomp.bench.kernels).
 
-    python tools/bench_kernels.py --out bench.json [--record] [--parts attention,embedding,flex,sweep]
+    python tools/bench_kernels.py --out bench.json [--record] [--parts attention,embedding,flex,host,rope,sweep]
 """
 import sys
 

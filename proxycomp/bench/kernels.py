@@ -18,11 +18,18 @@ torch.compile; at a shape where the GPU is never the bound and at the flex part'
 Then the pieces of that call, each timed alone: the launchers, the forward with and without autograd, the backward
 through the engine, and the engine's cost for a Python Function that launches nothing.
 
+RoPE (`--parts rope`): what the rotation costs each pass of ours at the d768 model's attention shape, at one
+document per row and at 512-position documents (positions restarting per document, as the model's): the forward
+and the backward, launched as the model's op launches them, with q and k rotated beforehand and given before RoPE
+with float32 and with float16 angle tables (ROPE_DTYPES), beside torch.compile's rotation of k (which stays outside
+the kernels) and of q and k (the model's own rotation, which the kernels replace); each timed as a CUDA graph, the
+rotating passes first checked against the rotation done outside.
+
 Sweep (`--parts sweep`): block configs of the forward and the backward at one document and at 512-position
 documents, and the short-document tiles' settings at 32 and 128 random documents and at 512-position ones, each
 timed as a CUDA graph.
 
-    python tools/bench_kernels.py --out bench.json [--record] [--parts attention,embedding,flex,host,sweep]
+    python tools/bench_kernels.py --out bench.json [--record] [--parts attention,embedding,flex,host,rope,sweep]
 
 Each configuration is checked against SDPA (or torch) once before it is timed.
 """
@@ -58,7 +65,9 @@ FLEX_SHAPES = [(8, 12, 4096, 64), (4, 16, 4096, 128)]
 # 512`, so the kernel is timed on a training step's own documents; "spm": the spm proxy stream's windows (last: it
 # may be missing).
 FLEX_DOCS = (1, 8, 32, 128, "L512", "spm")
-PARTS = ("attention", "embedding", "flex", "host", "sweep")  # --parts
+PARTS = ("attention", "embedding", "flex", "host", "rope", "sweep")  # --parts
+# The rope part: the d768 model's attention shape, at one document per row and at 512-position documents.
+ROPE_SHAPE, ROPE_DOCS = (8, 12, 4096, 64), (1, "L512")
 # The host part: (B, H, S, D, documents per row); the first leaves the GPU idle, so its times are the host's alone.
 HOST_CASES = [(1, 1, 256, 64, 4), (8, 12, 4096, 64, 32)]
 HOST_CALLS, HOST_ROUNDS = 200, 3
@@ -350,6 +359,71 @@ def bench_host(results: list, gen_cpu, gen_cuda) -> None:
               ", ".join(f"{name} {us:.0f}" for name, us in pieces.items()), flush=True)
 
 
+def bench_rope(results: list, gen_cpu, gen_cuda) -> None:
+    """Per-pass us of RoPE inside ours (the module docstring's rope part), each launch as a CUDA graph."""
+    from proxycomp.kernels import attention as A
+    from proxycomp.model import ModelConfig, rope_angles
+
+    batch, heads, seq, dim = ROPE_SHAPE
+    cfg, scale = default_config(dim, torch.device("cuda")), dim ** -0.5
+    q, k, v, do = (torch.randn(batch, seq, heads, dim, device="cuda", dtype=torch.bfloat16, generator=gen_cuda)
+                   .transpose(1, 2) for _ in range(4))
+    graph = lambda fn: triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median") * 1e3  # noqa: E731
+    for docs in ROPE_DOCS:
+        start, end = document_bounds(flex_doc_ids(docs, batch, seq, gen_cpu, None))
+        positions = torch.arange(seq, device="cuda") - start  # restarting per document, as the model's
+        angles = rope_angles(positions, dim, ModelConfig.rope_theta)
+        qr, kr = (A._rotate(t, *angles) for t in (q, k))
+        o, lse, _ = A._launch_fwd(qr, kr, v, None, None, start, end, True, scale, True, cfg)
+        dq, dk, dv = A._launch_bwd(do, qr, kr, v, o, lse, None, None, start, end, True, scale, True, cfg)
+        row = dict(kind="rope", B=batch, H=heads, S=seq, D=dim, docs=docs,
+                   fwd_us=graph(lambda: A._launch_fwd(qr, kr, v, None, None, start, end, True, scale, True, cfg)),
+                   bwd_us=graph(lambda: A._launch_bwd(do, qr, kr, v, o, lse, None, None, start, end, True, scale,
+                                                      True, cfg)))
+        for dtype in A.ROPE_DTYPES:
+            cos, sin = (t.to(dtype) for t in angles)
+            o_in, lse_in, q_in = A._launch_fwd(q, kr, v, cos, sin, start, end, True, scale, True, cfg)
+            grads = A._launch_bwd(do, q_in, kr, v, o_in, lse_in, cos, sin, start, end, True, scale, True, cfg)
+            # The rotating passes against the rotation outside: o, and dq, dk turned back through RoPE.
+            back = [A._rotate(g, *angles[:1], -angles[1]) for g in (dq, dk)]
+            err = max(rel_err(a, b) for a, b in zip((o_in, *grads), (o, *back, dv)))
+            if not err < 3e-2:
+                raise SystemExit(f"rope part: RoPE inside the kernels ({dtype}) is off by relative error {err:.3e}")
+            rotate_k = torch.compile(lambda: A._rotate(k, cos, sin))
+            name = str(dtype).removeprefix("torch.")
+            row.update({f"fwd_{name}_us": graph(lambda: A._launch_fwd(q, kr, v, cos, sin, start, end, True, scale,
+                                                                      True, cfg)),
+                        f"bwd_{name}_us": graph(lambda: A._launch_bwd(do, q_in, kr, v, o_in, lse_in, cos, sin, start,
+                                                                      end, True, scale, True, cfg)),
+                        f"rotate_k_{name}_us": graph(rotate_k), f"err_{name}": err})
+        rotate_qk = torch.compile(lambda: (A._rotate(q, *angles), A._rotate(k, *angles)))
+        row["rotate_qk_float32_us"] = graph(rotate_qk)
+        results.append(row)
+        print(f"rope {batch},{heads},{seq},{dim} docs={docs}: " +
+              ", ".join(f"{key} {value:.1f}" for key, value in row.items() if key.endswith("_us")), flush=True)
+
+
+def rope_summary(results: list) -> tuple[list[str], dict]:
+    """One line per documents: each pass's us without RoPE and its added us with the rotation inside (float32 |
+    float16 tables), and the compiled rotations outside; ratios: each pass's time with float32 tables over float16."""
+    rows, ratios = [], {}
+    rope = [r for r in results if r["kind"] == "rope"]
+    if rope:
+        rows.append(f"rope part at {ROPE_SHAPE} (B,H,S,D), us a layer as CUDA graphs: each pass rotated beforehand, "
+                    "and + what RoPE inside adds with float32|float16 tables; compiled rotations outside")
+        rows.append(f"{'docs':5s} {'fwd':>7s} {'+RoPE f32|f16':>15s} {'bwd':>7s} {'+RoPE f32|f16':>15s} "
+                    f"{'rotate k f32|f16':>17s} {'rotate q,k':>10s}")
+    for r in rope:
+        added = {p: "|".join(f"{r[f'{p}_{d}_us'] - r[f'{p}_us']:+.1f}" for d in ("float32", "float16"))
+                 for p in ("fwd", "bwd")}
+        rotate_k = f"{r['rotate_k_float32_us']:.1f}|{r['rotate_k_float16_us']:.1f}"
+        rows.append(f"{r['docs']!s:5s} {r['fwd_us']:7.1f} {added['fwd']:>15s} {r['bwd_us']:7.1f} {added['bwd']:>15s} "
+                    f"{rotate_k:>17s} {r['rotate_qk_float32_us']:10.1f}")
+        for p in ("fwd", "bwd"):
+            ratios[f"rope_docs{r['docs']}_{p}_f32_vs_f16"] = r[f"{p}_float32_us"] / r[f"{p}_float16_us"]
+    return rows, ratios
+
+
 class _PassThrough(torch.autograd.Function):
     """No kernel either way: what the autograd engine costs a Python Function's round trip."""
 
@@ -609,7 +683,7 @@ def summary(results: list) -> tuple[list[str], dict]:
         rows.append(f"{f'emb+rmsnorm V={vocab}':22s} {'ours / torch':17s} {o['fwd_bwd_ms']:7.3f}ms "
                     f"{t['fwd_bwd_ms']:7.3f}ms")
         ratios[f"emb_rmsnorm_V{vocab}_vs_torch"] = t["fwd_bwd_ms"] / o["fwd_bwd_ms"]
-    for part_summary in (flex_summary, host_summary):
+    for part_summary in (flex_summary, host_summary, rope_summary):
         part_rows, part_ratios = part_summary(results)
         rows += part_rows
         ratios.update(part_ratios)
@@ -640,7 +714,8 @@ def main() -> None:
     parser.add_argument("--parts", default="attention,embedding",
                         help="comma-separated: attention (incl. document masking), embedding (fused with RMSNorm), "
                              "flex (document-masked attention beside FlexAttention at 1-128 documents per row and "
-                             "on the spm stream's windows), host (host time per call of each launch path), sweep "
+                             "on the spm stream's windows), host (host time per call of each launch path), rope (what "
+                             "RoPE inside costs each pass, float32 and float16 angle tables), sweep "
                              "(attention block configs at the models' shapes)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     args = parser.parse_args()
@@ -671,6 +746,8 @@ def main() -> None:
         bench_flex(results, gen_cpu, gen_cuda, spm_rows)
     if "host" in parts:
         bench_host(results, gen_cpu, gen_cuda)
+    if "rope" in parts:
+        bench_rope(results, gen_cpu, gen_cuda)
     if "sweep" in parts:
         sweep_attention(results, gen_cpu, gen_cuda)
         sweep_short(results, gen_cpu, gen_cuda)
