@@ -247,6 +247,11 @@ def spm_doc_ids(preset_name: str, seq: int, rows: int, seed: int) -> torch.Tenso
     return work.batches[0]["doc_ids"]
 
 
+def graph_ms(step) -> float:
+    """Median GPU ms of `step` replayed as a CUDA graph."""
+    return triton.testing.do_bench_cudagraph(step, rep=100, return_mode="median")
+
+
 def time_graph(fn, q, k, v, grad_out, forward_only: bool = False) -> float | None:
     """Median GPU ms of one fwd+bwd (or forward without autograd) replayed as a CUDA graph: no host launch cost,
     which the host-launched timing of short, cheap rows measures instead. None when the step cannot be captured."""
@@ -259,7 +264,7 @@ def time_graph(fn, q, k, v, grad_out, forward_only: bool = False) -> float | Non
             t.grad = None
         fn(q, k, v).backward(grad_out)
     try:
-        return triton.testing.do_bench_cudagraph(step, rep=100, return_mode="median")
+        return graph_ms(step)
     except Exception as exc:  # noqa: BLE001 - one impl failing to capture must not cost the rest of the device call
         print(f"  CUDA graph capture failed: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
         return None
@@ -368,34 +373,36 @@ def bench_rope(results: list, gen_cpu, gen_cuda) -> None:
     cfg, scale = default_config(dim, torch.device("cuda")), dim ** -0.5
     q, k, v, do = (torch.randn(batch, seq, heads, dim, device="cuda", dtype=torch.bfloat16, generator=gen_cuda)
                    .transpose(1, 2) for _ in range(4))
-    graph = lambda fn: triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median") * 1e3  # noqa: E731
+    graph = lambda step: graph_ms(step) * 1e3  # noqa: E731 - us
     for docs in ROPE_DOCS:
         start, end = document_bounds(flex_doc_ids(docs, batch, seq, gen_cpu, None))
         positions = torch.arange(seq, device="cuda") - start  # restarting per document, as the model's
         angles = rope_angles(positions, dim, ModelConfig.rope_theta)
         qr, kr = (A._rotate(t, *angles) for t in (q, k))
-        o, lse, _ = A._launch_fwd(qr, kr, v, None, None, start, end, True, scale, True, cfg)
-        dq, dk, dv = A._launch_bwd(do, qr, kr, v, o, lse, None, None, start, end, True, scale, True, cfg)
-        row = dict(kind="rope", B=batch, H=heads, S=seq, D=dim, docs=docs,
-                   fwd_us=graph(lambda: A._launch_fwd(qr, kr, v, None, None, start, end, True, scale, True, cfg)),
-                   bwd_us=graph(lambda: A._launch_bwd(do, qr, kr, v, o, lse, None, None, start, end, True, scale,
-                                                      True, cfg)))
+
+        def fwd(q, cos=None, sin=None):  # k always comes rotated (outside the kernels, as the model's op does)
+            return A._launch_fwd(q, kr, v, cos, sin, start, end, True, scale, True, cfg)
+
+        def bwd(q, o, lse, cos=None, sin=None):
+            return A._launch_bwd(do, q, kr, v, o, lse, cos, sin, start, end, True, scale, True, cfg)
+
+        o, lse, _ = fwd(qr)
+        dq, dk, dv = bwd(qr, o, lse)
+        # What the rotating passes must give: o, and dq and dk turned back through RoPE.
+        want = (o, *(A._rotate(g, angles[0], -angles[1]) for g in (dq, dk)), dv)
+        row = dict(kind="rope", B=batch, H=heads, S=seq, D=dim, docs=docs, fwd_us=graph(lambda: fwd(qr)),
+                   bwd_us=graph(lambda: bwd(qr, o, lse)))
         for dtype in A.ROPE_DTYPES:
             cos, sin = (t.to(dtype) for t in angles)
-            o_in, lse_in, q_in = A._launch_fwd(q, kr, v, cos, sin, start, end, True, scale, True, cfg)
-            grads = A._launch_bwd(do, q_in, kr, v, o_in, lse_in, cos, sin, start, end, True, scale, True, cfg)
-            # The rotating passes against the rotation outside: o, and dq, dk turned back through RoPE.
-            back = [A._rotate(g, *angles[:1], -angles[1]) for g in (dq, dk)]
-            err = max(rel_err(a, b) for a, b in zip((o_in, *grads), (o, *back, dv)))
+            o_in, lse_in, q_in = fwd(q, cos, sin)
+            err = max(rel_err(a, b) for a, b in zip((o_in, *bwd(q_in, o_in, lse_in, cos, sin)), want))
             if not err < 3e-2:
                 raise SystemExit(f"rope part: RoPE inside the kernels ({dtype}) is off by relative error {err:.3e}")
-            rotate_k = torch.compile(lambda: A._rotate(k, cos, sin))
             name = str(dtype).removeprefix("torch.")
-            row.update({f"fwd_{name}_us": graph(lambda: A._launch_fwd(q, kr, v, cos, sin, start, end, True, scale,
-                                                                      True, cfg)),
-                        f"bwd_{name}_us": graph(lambda: A._launch_bwd(do, q_in, kr, v, o_in, lse_in, cos, sin, start,
-                                                                      end, True, scale, True, cfg)),
-                        f"rotate_k_{name}_us": graph(rotate_k), f"err_{name}": err})
+            row.update({f"fwd_{name}_us": graph(lambda: fwd(q, cos, sin)),
+                        f"bwd_{name}_us": graph(lambda: bwd(q_in, o_in, lse_in, cos, sin)),
+                        f"rotate_k_{name}_us": graph(torch.compile(lambda: A._rotate(k, cos, sin))),
+                        f"err_{name}": err})
         rotate_qk = torch.compile(lambda: (A._rotate(q, *angles), A._rotate(k, *angles)))
         row["rotate_qk_float32_us"] = graph(rotate_qk)
         results.append(row)
