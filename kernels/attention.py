@@ -57,9 +57,6 @@ from .reference import apply_rope
 LOG2E = 1.4426950408889634
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
-# RoPE's cos and sin tables: float16 halves what the kernels read of them, at a rounding (2^-11) below that of a
-# bfloat16 q or k (2^-8).
-ROPE_DTYPES = (torch.float32, torch.float16)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -223,11 +220,11 @@ def _rope_rows(x, cos_base, sin_base, rows, ok, scs, ROWS: tl.constexpr, HEAD_DI
                INVERSE: tl.constexpr):
     """RoPE on rows x (ROWS, HEAD_DIM) in float32: each pair (x1, x2) of the two halves turned by its row's angle,
     (x1 cos - x2 sin, x2 cos + x1 sin). INVERSE turns by minus the angle, which is RoPE's transpose: the gradient
-    of the rows before RoPE from that of the rotated rows. The angles' tables may be float32 or float16."""
+    of the rows before RoPE from that of the rotated rows."""
     HALF: tl.constexpr = HEAD_DIM // 2
     at = rows[:, None] * scs + tl.arange(0, HALF)[None, :]
-    c = tl.load(cos_base + at, mask=ok[:, None], other=0.0).to(tl.float32)
-    s = tl.load(sin_base + at, mask=ok[:, None], other=0.0).to(tl.float32)
+    c = tl.load(cos_base + at, mask=ok[:, None], other=0.0)
+    s = tl.load(sin_base + at, mask=ok[:, None], other=0.0)
     if INVERSE:
         s = -s
     x1, x2 = tl.split(tl.permute(tl.reshape(x, [ROWS, 2, HALF]), [0, 2, 1]))
@@ -665,12 +662,11 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, doc_ids: to
         for name in ("cos", "sin"):
             t = docs[name]
             # The kernels read both at the same (batch, position) strides, unit stride across the half.
-            if t.shape != (batch, seq_len, head_dim // 2) or t.dtype not in ROPE_DTYPES or t.stride(-1) != 1 or (
-                    t.stride() != docs["cos"].stride()) or t.dtype != docs["cos"].dtype:
-                raise KernelInputError(f"{op}: rope's {name} must be float32 or float16 of shape (batch, seq, "
-                                       f"head_dim / 2) = {(batch, seq_len, head_dim // 2)} with unit stride in its "
-                                       f"last dim, dtype and strides equal to cos's, got {t.dtype} {tuple(t.shape)} "
-                                       f"with strides {t.stride()}")
+            if t.shape != (batch, seq_len, head_dim // 2) or t.dtype != torch.float32 or t.stride(-1) != 1 or (
+                    t.stride() != docs["cos"].stride()):
+                raise KernelInputError(f"{op}: rope's {name} must be float32 of shape (batch, seq, head_dim / 2) = "
+                                       f"{(batch, seq_len, head_dim // 2)} with unit stride in its last dim, strides "
+                                       f"equal to cos's, got {t.dtype} {tuple(t.shape)} with strides {t.stride()}")
     check_device(op, q=q, k=k, v=v, **docs)
 
 
@@ -879,9 +875,9 @@ def flash_attention(
     over the same documents (the model's layers).
     Returns (B, H, S, D) in q's dtype, stored as (B, S, H, D) so merging heads needs no copy.
     `skip_masked_blocks=False` still masks but computes every causal block (for benchmarking the skip).
-    rope: (cos, sin), each (B, S, D/2) float32 or float16 (ROPE_DTYPES): q and k are given before RoPE (GPT-NeoX
-    halves, `apply_rope`), are rotated here, and their gradients are those of the rows before, turned back inside the
-    backward's kernels rather than by a separate pass over dq and dk.
+    rope: (cos, sin), each (B, S, D/2) float32: q and k are given before RoPE (GPT-NeoX halves, `apply_rope`), are
+    rotated here, and their gradients are those of the rows before, turned back inside the backward's kernels
+    rather than by a separate pass over dq and dk.
     """
     _check_inputs(q, k, v, doc_ids, doc_bounds, rope)
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)

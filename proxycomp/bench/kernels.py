@@ -20,10 +20,10 @@ through the engine, and the engine's cost for a Python Function that launches no
 
 RoPE (`--parts rope`): what the rotation costs each pass of ours at the d768 model's attention shape, at one
 document per row and at 512-position documents (positions restarting per document, as the model's): the forward
-and the backward, launched as the model's op launches them, with q and k rotated beforehand and given before RoPE
-with float32 and with float16 angle tables (ROPE_DTYPES), beside torch.compile's rotation of k (which stays outside
-the kernels) and of q and k (the model's own rotation, which the kernels replace); each timed as a CUDA graph, the
-rotating passes first checked against the rotation done outside.
+and the backward, launched as the model's op launches them, with q and k rotated beforehand and given before RoPE,
+beside torch.compile's rotation of k (which stays outside the kernels) and of q and k (the model's own rotation,
+which the kernels replace); each timed as a CUDA graph, the rotating passes first checked against the rotation done
+outside.
 
 Sweep (`--parts sweep`): block configs of the forward and the backward at one document and at 512-position
 documents, and the short-document tiles' settings at 32 and 128 random documents and at 512-position ones, each
@@ -364,10 +364,18 @@ def bench_host(results: list, gen_cpu, gen_cuda) -> None:
               ", ".join(f"{name} {us:.0f}" for name, us in pieces.items()), flush=True)
 
 
+def model_angles(start: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE's float32 (cos, sin) as the model makes them for documents whose first positions are `start` (B, S, from
+    document_bounds): positions restart at every document."""
+    from proxycomp.model import ModelConfig, rope_angles
+
+    positions = torch.arange(start.shape[1], device=start.device) - start
+    return rope_angles(positions, dim, ModelConfig.rope_theta)
+
+
 def bench_rope(results: list, gen_cpu, gen_cuda) -> None:
     """Per-pass us of RoPE inside ours (the module docstring's rope part), each launch as a CUDA graph."""
     from proxycomp.kernels import attention as A
-    from proxycomp.model import ModelConfig, rope_angles
 
     batch, heads, seq, dim = ROPE_SHAPE
     cfg, scale = default_config(dim, torch.device("cuda")), dim ** -0.5
@@ -376,8 +384,7 @@ def bench_rope(results: list, gen_cpu, gen_cuda) -> None:
     graph = lambda step: graph_ms(step) * 1e3  # noqa: E731 - us
     for docs in ROPE_DOCS:
         start, end = document_bounds(flex_doc_ids(docs, batch, seq, gen_cpu, None))
-        positions = torch.arange(seq, device="cuda") - start  # restarting per document, as the model's
-        angles = rope_angles(positions, dim, ModelConfig.rope_theta)
+        angles = model_angles(start, dim)
         qr, kr = (A._rotate(t, *angles) for t in (q, k))
 
         def fwd(q, cos=None, sin=None):  # k always comes rotated (outside the kernels, as the model's op does)
@@ -390,45 +397,35 @@ def bench_rope(results: list, gen_cpu, gen_cuda) -> None:
         dq, dk, dv = bwd(qr, o, lse)
         # What the rotating passes must give: o, and dq and dk turned back through RoPE.
         want = (o, *(A._rotate(g, angles[0], -angles[1]) for g in (dq, dk)), dv)
+        o_in, lse_in, q_in = fwd(q, *angles)
+        err = max(rel_err(a, b) for a, b in zip((o_in, *bwd(q_in, o_in, lse_in, *angles)), want))
+        if not err < 3e-2:
+            raise SystemExit(f"rope part: RoPE inside the kernels is off by relative error {err:.3e}")
         row = dict(kind="rope", B=batch, H=heads, S=seq, D=dim, docs=docs, fwd_us=graph(lambda: fwd(qr)),
-                   bwd_us=graph(lambda: bwd(qr, o, lse)))
-        for dtype in A.ROPE_DTYPES:
-            cos, sin = (t.to(dtype) for t in angles)
-            o_in, lse_in, q_in = fwd(q, cos, sin)
-            err = max(rel_err(a, b) for a, b in zip((o_in, *bwd(q_in, o_in, lse_in, cos, sin)), want))
-            if not err < 3e-2:
-                raise SystemExit(f"rope part: RoPE inside the kernels ({dtype}) is off by relative error {err:.3e}")
-            name = str(dtype).removeprefix("torch.")
-            row.update({f"fwd_{name}_us": graph(lambda: fwd(q, cos, sin)),
-                        f"bwd_{name}_us": graph(lambda: bwd(q_in, o_in, lse_in, cos, sin)),
-                        f"rotate_k_{name}_us": graph(torch.compile(lambda: A._rotate(k, cos, sin))),
-                        f"err_{name}": err})
-        rotate_qk = torch.compile(lambda: (A._rotate(q, *angles), A._rotate(k, *angles)))
-        row["rotate_qk_float32_us"] = graph(rotate_qk)
+                   bwd_us=graph(lambda: bwd(qr, o, lse)), fwd_rope_us=graph(lambda: fwd(q, *angles)),
+                   bwd_rope_us=graph(lambda: bwd(q_in, o_in, lse_in, *angles)),
+                   rotate_k_us=graph(torch.compile(lambda: A._rotate(k, *angles))),
+                   rotate_qk_us=graph(torch.compile(lambda: (A._rotate(q, *angles), A._rotate(k, *angles)))),
+                   err=err)
         results.append(row)
         print(f"rope {batch},{heads},{seq},{dim} docs={docs}: " +
               ", ".join(f"{key} {value:.1f}" for key, value in row.items() if key.endswith("_us")), flush=True)
 
 
 def rope_summary(results: list) -> tuple[list[str], dict]:
-    """One line per documents: each pass's us without RoPE and its added us with the rotation inside (float32 |
-    float16 tables), and the compiled rotations outside; ratios: each pass's time with float32 tables over float16."""
-    rows, ratios = [], {}
+    """One line per documents: each pass's us without RoPE and what the rotation inside adds, and the compiled
+    rotations outside; no ratios."""
+    rows = []
     rope = [r for r in results if r["kind"] == "rope"]
     if rope:
         rows.append(f"rope part at {ROPE_SHAPE} (B,H,S,D), us a layer as CUDA graphs: each pass rotated beforehand, "
-                    "and + what RoPE inside adds with float32|float16 tables; compiled rotations outside")
-        rows.append(f"{'docs':5s} {'fwd':>7s} {'+RoPE f32|f16':>15s} {'bwd':>7s} {'+RoPE f32|f16':>15s} "
-                    f"{'rotate k f32|f16':>17s} {'rotate q,k':>10s}")
+                    "and + what RoPE inside adds; compiled rotations outside")
+        rows.append(f"{'docs':5s} {'fwd':>7s} {'+RoPE':>7s} {'bwd':>7s} {'+RoPE':>7s} {'rotate k':>8s} "
+                    f"{'rotate q,k':>10s}")
     for r in rope:
-        added = {p: "|".join(f"{r[f'{p}_{d}_us'] - r[f'{p}_us']:+.1f}" for d in ("float32", "float16"))
-                 for p in ("fwd", "bwd")}
-        rotate_k = f"{r['rotate_k_float32_us']:.1f}|{r['rotate_k_float16_us']:.1f}"
-        rows.append(f"{r['docs']!s:5s} {r['fwd_us']:7.1f} {added['fwd']:>15s} {r['bwd_us']:7.1f} {added['bwd']:>15s} "
-                    f"{rotate_k:>17s} {r['rotate_qk_float32_us']:10.1f}")
-        for p in ("fwd", "bwd"):
-            ratios[f"rope_docs{r['docs']}_{p}_f32_vs_f16"] = r[f"{p}_float32_us"] / r[f"{p}_float16_us"]
-    return rows, ratios
+        rows.append(f"{r['docs']!s:5s} {r['fwd_us']:7.1f} {r['fwd_rope_us'] - r['fwd_us']:+7.1f} {r['bwd_us']:7.1f} "
+                    f"{r['bwd_rope_us'] - r['bwd_us']:+7.1f} {r['rotate_k_us']:8.1f} {r['rotate_qk_us']:10.1f}")
+    return rows, {}
 
 
 class _PassThrough(torch.autograd.Function):
@@ -722,7 +719,7 @@ def main() -> None:
                         help="comma-separated: attention (incl. document masking), embedding (fused with RMSNorm), "
                              "flex (document-masked attention beside FlexAttention at 1-128 documents per row and "
                              "on the spm stream's windows), host (host time per call of each launch path), rope (what "
-                             "RoPE inside costs each pass, float32 and float16 angle tables), sweep "
+                             "RoPE inside costs each pass), sweep "
                              "(attention block configs at the models' shapes)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     args = parser.parse_args()
