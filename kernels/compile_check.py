@@ -54,8 +54,9 @@ def _pointers(dtype: str, *names: str) -> dict[str, str]:
 def attention_builds(head_dim: int):
     """Each pass as the launchers run it with documents: the default config's launches (one per pass, or its long
     tiles in the pass's blocks and its short tiles in the short blocks), and the short tiles' launches where the
-    default leaves them off, since a config may turn them on. Each with RoPE, as the model runs them: without it, a
-    pass only loses its rotation (of q in the forward, of dq or dk as the backward's passes store them)."""
+    default leaves them off, since a config may turn them on; and the forward without documents. Each with RoPE, as
+    the model runs them: without it, a pass only loses its rotation (of q in the forward, of dq or dk as the
+    backward's passes store them)."""
     from . import attention as A
 
     default = A.default_config(head_dim, torch.device("cuda"))
@@ -89,6 +90,17 @@ def attention_builds(head_dim: int):
                     yield f"{launch} tma", fn, types, {**constexprs, "TMA": True}, tile_warps, tile_stages
                 yield (f"{launch} pointers", fn, qkv, {**constexprs, "TMA": False, **dict.fromkeys(descs)},
                        tile_warps, tile_stages)
+    # Without documents (one launch; the backward's passes only drop their bounds) the forward builds otherwise:
+    # Triton 3.6's ptxas crashed on its TMA build at 2 stages, which the launcher's fwd_stages avoids.
+    constexprs = {**flags, "HAS_DOCS": False, "BLOCK_M": default.fwd_block_m, "BLOCK_N": default.fwd_block_n,
+                  "SUPER": default.fwd_block_m, "TILES": 0, "TAIL_FIRST": bool(default.fwd_tail_first), "ROPE": True}
+    fwd_descs = dict(QD=default.fwd_block_m, KD=default.fwd_block_n, VD=default.fwd_block_n)
+    for tma in (True, False) if default.tma else (False,):
+        types = {**qkv, **{arg: f"tensordesc<bf16[{rows}, {head_dim}]>" for arg, rows in fwd_descs.items()}} \
+            if tma else qkv
+        yield (f"attention fwd without documents {'tma' if tma else 'pointers'}", A._attn_fwd_kernel, types,
+               {**constexprs, "TMA": tma, **({} if tma else dict.fromkeys(fwd_descs))}, default.fwd_warps,
+               A.fwd_stages(default.fwd_stages, rope=True, has_docs=False, tma=tma))
 
 
 def embedding_builds():

@@ -108,11 +108,12 @@ def _rope(batch: int, seq: int, head_dim: int) -> tuple[torch.Tensor, torch.Tens
     return rope_angles(torch.randint(0, 5000, (batch, seq), device=DEVICE), head_dim, 1e4)
 
 
-@pytest.mark.parametrize("case", [CASES[1], CASES[3]] if CUDA else [CASES[1], CASES[2]],
-                         ids=lambda c: "-".join(map(str, c)))
+# The last: whole blocks without documents, the forward's TMA build that Triton 3.6 could not make at 2 stages.
+@pytest.mark.parametrize("case", [CASES[1], CASES[3], (2, 4, 2, 2048, 64, "none")] if CUDA else
+                         [CASES[1], CASES[2], (1, 2, 1, 64, 32, "none")], ids=lambda c: "-".join(map(str, c)))
 def test_rope_is_applied_and_its_gradient_turned_back(case):
     """q and k given before RoPE: the output and the gradients of the unrotated q and k (RoPE's backward in the
-    backward kernels' epilogues), in odd shapes, GQA and documents."""
+    backward kernels' epilogues), in odd shapes, GQA, documents and none."""
     batch, heads, kv_heads, seq, head_dim, docs = case
     doc_ids = _doc_ids(docs, batch, seq)
     doc_ids = None if doc_ids is None else doc_ids.to(DEVICE)

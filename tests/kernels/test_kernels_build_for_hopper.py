@@ -18,5 +18,5 @@ def test_all_kernels_compile_for_hopper():
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     # (a non-zero exit also names a forward build that re-reads q at every key block: compile_check.q_reloads)
     # attention at head sizes 64 and 128: three passes in one launch, and in two with short tiles, the forward with
-    # TMA and through pointers (12 each); embedding 5
-    assert proc.stdout.count("built ") == 29, proc.stdout
+    # TMA and through pointers, and the forward without documents both ways (14 each); embedding 5
+    assert proc.stdout.count("built ") == 33, proc.stdout
