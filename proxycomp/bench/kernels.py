@@ -26,8 +26,8 @@ which the kernels replace); each timed as a CUDA graph, the rotating passes firs
 outside.
 
 Sweep (`--parts sweep`): block configs of the forward and the backward at one document and at 512-position
-documents, and the short-document tiles' settings at 32 and 128 random documents and at 512-position ones, each
-timed as a CUDA graph.
+documents, launched as the model launches them (RoPE inside), and the short-document tiles' settings at 32 and 128
+random documents and at 512-position ones, each timed as a CUDA graph.
 
     python tools/bench_kernels.py --out bench.json [--record] [--parts attention,embedding,flex,host,rope,sweep]
 
@@ -627,11 +627,14 @@ def sweep_short(results: list, gen_cpu, gen_cuda) -> None:
 def sweep_attention(results: list, gen_cpu, gen_cuda) -> None:
     """Time block configs at the models' shapes, at each of SWEEP_DOCS; the defaults in attention.py come from here.
 
-    Each config is timed by timed_rounds (a single-pass sweep once timed one config at 174 and, minutes earlier, 259
-    TFLOP/s). Forward configs are timed alone; backward configs as forward+backward with the default forward. Times
-    are of CUDA graphs (GPU time: host-launched, the short documents' rows would time the host), checked first
-    against FlashAttention (one document) or the default config (documents). TFLOP/s count the same-document causal
-    pairs."""
+    Each config is launched as the model launches it: q and k before RoPE, with the angles of positions restarting
+    per document. Each is timed by timed_rounds (a single-pass sweep once timed one config at 174 and, minutes
+    earlier, 259 TFLOP/s). Forward configs are timed alone; backward configs as forward+backward with the default
+    forward. Times are of CUDA graphs (GPU time: host-launched, the short documents' rows would time the host),
+    checked first against FlashAttention on q and k rotated beforehand (one document) or the default config
+    (documents). TFLOP/s count the same-document causal pairs."""
+    from proxycomp.kernels import attention as A
+
     for batch, heads, seq, dim in SWEEP_SHAPES:
         q, k, v = make_qkv(batch, heads, seq, dim, gen_cuda)
         grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=gen_cuda)
@@ -642,12 +645,18 @@ def sweep_attention(results: list, gen_cpu, gen_cuda) -> None:
                     for c in SWEEP_BWD[dim]]
         for docs in SWEEP_DOCS:
             doc_ids = flex_doc_ids(docs, batch, seq, gen_cpu, None)
-            bounds = None if docs == 1 else document_bounds(doc_ids)
+            bounds = document_bounds(doc_ids)
+            angles = model_angles(bounds[0], dim)
+            bounds = None if docs == 1 else bounds
             flops = 4.0 * heads * dim * causal_pairs(doc_ids)
-            reference = sdpa(SDPBackend.FLASH_ATTENTION) if bounds is None else \
-                (lambda q, k, v: flash_attention(q, k, v, doc_bounds=bounds))
+            if bounds is None:
+                flash = sdpa(SDPBackend.FLASH_ATTENTION)
+                reference = lambda q, k, v: flash(A._rotate(q, *angles), A._rotate(k, *angles), v)  # noqa: E731
+            else:
+                reference = lambda q, k, v: flash_attention(q, k, v, doc_bounds=bounds, rope=angles)  # noqa: E731
             candidates = [(f"{kind} {(batch, heads, seq, dim)} docs={docs} {variant}",
-                           lambda q, k, v, cfg=cfg: flash_attention(q, k, v, doc_bounds=bounds, config=cfg),
+                           lambda q, k, v, cfg=cfg: flash_attention(q, k, v, doc_bounds=bounds, config=cfg,
+                                                                    rope=angles),
                            kind == "sweep_fwd") for kind, variant, cfg in configs]
             for i, (ms, times) in timed_rounds(candidates, reference, q, k, v, grad_out).items():
                 kind, variant, _ = configs[i]
