@@ -309,9 +309,10 @@ def _attn_fwd_kernel(
 @triton.jit
 def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqs, sdos, offs_n, start_k, end_k,
                  lo, hi, S, qk_scale2, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
-                 CAUSAL: tl.constexpr, FP32_DOT: tl.constexpr):
+                 CAUSAL: tl.constexpr, FP32_DOT: tl.constexpr, STAGES: tl.constexpr):
     offs_d = tl.arange(0, HEAD_DIM)
-    for m0 in range(lo, hi, BLOCK_M):
+    # STAGES 0: the launch's num_stages (the same build as a plain range).
+    for m0 in tl.range(lo, hi, BLOCK_M, num_stages=STAGES if STAGES > 0 else None):
         offs_m = m0 + tl.arange(0, BLOCK_M)
         qt_ptrs = q_base + offs_m[None, :] * sqs + offs_d[:, None]
         do_ptrs = do_base + offs_m[:, None] * sdos + offs_d[None, :]
@@ -345,7 +346,7 @@ def _attn_bwd_dkdv_kernel(
     H, S, qk_scale2, sm_scale, short_span,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
-    SUPER: tl.constexpr, TILES: tl.constexpr, ROPE: tl.constexpr,
+    SUPER: tl.constexpr, TILES: tl.constexpr, ROPE: tl.constexpr, MASKED_STAGES: tl.constexpr,
 ):
     """One key block of one kv head: accumulates over every query head of its GQA group, so no atomics.
 
@@ -400,11 +401,13 @@ def _attn_bwd_dkdv_kernel(
         lse_base = LSE + (b * H + h) * S
         delta_base = DELTA + (b * H + h) * S
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqs, sdos, offs_n, start_k,
-                              end_k, lo, full_lo, S, qk_scale2, HEAD_DIM, BLOCK_M, True, CAUSAL, FP32_DOT)
+                              end_k, lo, full_lo, S, qk_scale2, HEAD_DIM, BLOCK_M, True, CAUSAL, FP32_DOT,
+                              MASKED_STAGES)
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqs, sdos, offs_n, start_k,
-                              end_k, full_lo, full_hi, S, qk_scale2, HEAD_DIM, BLOCK_M, False, CAUSAL, FP32_DOT)
+                              end_k, full_lo, full_hi, S, qk_scale2, HEAD_DIM, BLOCK_M, False, CAUSAL, FP32_DOT, 0)
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sqs, sdos, offs_n, start_k,
-                              end_k, full_hi, hi, S, qk_scale2, HEAD_DIM, BLOCK_M, True, CAUSAL, FP32_DOT)
+                              end_k, full_hi, hi, S, qk_scale2, HEAD_DIM, BLOCK_M, True, CAUSAL, FP32_DOT,
+                              MASKED_STAGES)
 
     dk = dk * sm_scale
     if ROPE:  # k was rotated in the forward: dk is stored for the keys before it
@@ -509,6 +512,9 @@ class AttentionConfig:
     short_block divides fwd_block_m, dkdv_block_n and dq_block_m, the big tiles a program classifies.
     fwd_tail_first: the forward walks its diagonal key blocks first (module docstring: Phase order), else in position
     order (the dq pass always walks the diagonal first).
+    dkdv_masked_stages: pipeline stages of the dk/dv pass's masked loops (the diagonal, the documents' edges), a few
+    steps per key block; 0: bwd_stages, as its unmasked loop. At the defaults, pipelined alike, the pass builds at
+    255 registers and spills (Triton 3.6, sm_90); at 1 it does not spill (compile_check, BENCHMARKS.md).
     tma: the forward loads q, k and v through TMA tensor descriptors where the inputs allow it (_tma_layout), else
     through pointers. The backward's passes use pointers: TMA did not pay there (H100, 2026-12-06 fourth session,
     BENCHMARKS.md)."""
@@ -523,6 +529,7 @@ class AttentionConfig:
     dq_block_n: int
     bwd_warps: int
     bwd_stages: int
+    dkdv_masked_stages: int = 0
     short_span: int = 0
     short_block: int = 0
     short_step: int = 0
@@ -797,7 +804,8 @@ def _launch_bwd(do, q, k, v, o, lse, cos, sin, doc_start, doc_end, causal: bool,
         _DKDV[(cdiv(seq_len, block_n), batch * kv_heads)](
             q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *angles, *strides, *do_strides, *dk.stride()[:3],
             *dv.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m,
-            BLOCK_N=block_n, SUPER=cfg.dkdv_block_n, TILES=tiles, num_warps=warps, num_stages=stages, **common,
+            BLOCK_N=block_n, SUPER=cfg.dkdv_block_n, TILES=tiles, MASKED_STAGES=cfg.dkdv_masked_stages,
+            num_warps=warps, num_stages=stages, **common,
         )
     return dq, dk, dv
 

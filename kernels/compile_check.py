@@ -3,7 +3,8 @@
 Triton's interpreter, which the CPU tests use, skips the compiler's checks (loop-carried types, layouts,
 shared-memory limits), so a kernel can pass every CPU test and still fail to build on the GPU. This
 module builds each kernel with the configs the launchers use, through Triton's bundled ptxas, and fails where a
-forward build would re-read q at every key block (q_reloads):
+forward build would re-read q at every key block (q_reloads). Each build's line gives its registers and stack
+(spills) as cuobjdump reads them:
 
     python -m proxycomp.kernels.compile_check      # TRITON_INTERPRET must be unset
 
@@ -13,7 +14,10 @@ inputs, so the build takes the same path (software pipelining included) as on th
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -34,6 +38,19 @@ def _compile(fn, types: dict[str, str], constexprs: dict, num_warps: int, num_st
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
                             options=dict(num_warps=num_warps, num_stages=num_stages))
     return kernel, time.perf_counter() - start
+
+
+def resources(kernel) -> str:
+    """Registers a thread and stack bytes (spills, where above 0) of a build, as cuobjdump reads its cubin."""
+    import triton
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(kernel.asm["cubin"])
+        cubin.flush()
+        usage = subprocess.run([triton.knobs.nvidia.cuobjdump.path, "-res-usage", cubin.name], capture_output=True,
+                               text=True, check=True).stdout
+    found = dict(re.findall(r"(REG|STACK):(\d+)", usage))
+    return f"{found['REG']} registers, {found['STACK']} B stack"
 
 
 def q_reloads(ttgir: str) -> int:
@@ -72,7 +89,7 @@ def attention_builds(head_dim: int):
                    cfg.fwd_stages, dict(TAIL_FIRST=bool(cfg.fwd_tail_first), ROPE=True),
                    dict(QD="row", KD="step", VD="step")),
                   ("dkdv", A._attn_bwd_dkdv_kernel, "BLOCK_N", "BLOCK_M", cfg.dkdv_block_n, cfg.dkdv_block_m,
-                   cfg.bwd_warps, cfg.bwd_stages, dict(ROPE=True), None),
+                   cfg.bwd_warps, cfg.bwd_stages, dict(ROPE=True, MASKED_STAGES=cfg.dkdv_masked_stages), None),
                   ("dq", A._attn_bwd_dq_kernel, "BLOCK_M", "BLOCK_N", cfg.dq_block_m, cfg.dq_block_n, cfg.bwd_warps,
                    cfg.bwd_stages, dict(ROPE=True), None)]
         for name, fn, rows, step, block, block_step, warps, stages, own, descs in passes:
@@ -101,6 +118,10 @@ def attention_builds(head_dim: int):
         yield (f"attention fwd without documents {'tma' if tma else 'pointers'}", A._attn_fwd_kernel, types,
                {**constexprs, "TMA": tma, **({} if tma else dict.fromkeys(fwd_descs))}, default.fwd_warps,
                A.fwd_stages(default.fwd_stages, rope=True, has_docs=False, tma=tma))
+    # The dk/dv pass with its masked loops unpipelined, the sweep's alternative to the default's spills.
+    yield ("attention dkdv masked loops at 1 stage", A._attn_bwd_dkdv_kernel, qkv,
+           {**flags, "BLOCK_N": default.dkdv_block_n, "BLOCK_M": default.dkdv_block_m, "SUPER": default.dkdv_block_n,
+            "TILES": 0, "ROPE": True, "MASKED_STAGES": 1}, default.bwd_warps, default.bwd_stages)
 
 
 def embedding_builds():
@@ -129,7 +150,8 @@ def main() -> int:
     failed = 0
     for name, fn, types, constexprs, warps, stages in builds:
         kernel, seconds = _compile(fn, types, constexprs, warps, stages)
-        print(f"built {name} for sm_90 ({', '.join(f'{k}={v}' for k, v in constexprs.items())}) in {seconds:.1f}s")
+        print(f"built {name} for sm_90 ({', '.join(f'{k}={v}' for k, v in constexprs.items())}) in {seconds:.1f}s: "
+              f"{resources(kernel)}")
         if name.startswith("attention fwd") and (reloads := q_reloads(kernel.asm["ttgir"])):
             print(f"  but {reloads} of its loops reload q into registers for q·kᵀ at every key block")
             failed += 1

@@ -147,6 +147,17 @@ def test_steps_longer_than_blocks(causal, tail_first):
                                  _doc_ids(docs, batch, seq).to(DEVICE), causal, TOLERANCE[dtype], config=cfg)
 
 
+def test_dkdv_masked_loops_at_their_own_stages():
+    """dkdv_masked_stages pipelines only the dk/dv pass's masked loops otherwise (a build choice, on the GPU): the
+    gradients stay those of the reference, with documents and RoPE as the model runs them."""
+    batch, heads, kv_heads, seq, head_dim = (2, 4, 2, 2048, 64) if CUDA else (1, 2, 1, 70, 32)
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    cfg = dataclasses.replace(default_config(head_dim, torch.device(DEVICE)), dkdv_masked_stages=1)
+    _check_against_reference(*_inputs(batch, heads, kv_heads, seq, head_dim, dtype),
+                             _doc_ids("random", batch, seq).to(DEVICE), True, TOLERANCE[dtype],
+                             rope=_rope(batch, seq, head_dim), config=cfg)
+
+
 def test_skipping_does_not_change_the_result():
     batch, heads, seq, head_dim = (2, 4, 2048, 64) if CUDA else (1, 2, 90, 16)
     dtype = torch.bfloat16 if CUDA else torch.float32
