@@ -83,7 +83,9 @@ def attention_builds(head_dim: int):
     qkv = {**_pointers("bf16", "Q", "K", "V", "O", "DO", "DQ", "DK", "DV", "QR"), **_pointers("fp32", "LSE", "DELTA"),
            **_pointers("i32", "DOC_START", "DOC_END"), **_pointers("fp32", "COS", "SIN"), "qk_scale2": "fp32",
            "sm_scale": "fp32"}
-    for cfg in configs:
+    # Without documents only the forward builds otherwise (the backward's passes only drop their bounds): Triton
+    # 3.6's ptxas crashed on its TMA build at 2 stages, which the launcher's fwd_stages avoids.
+    for cfg, has_docs in [*((cfg, True) for cfg in configs), (default, False)]:
         # The forward's TMA loads: descriptor argument -> rows per block ("row" or "step").
         passes = [("fwd", A._attn_fwd_kernel, "BLOCK_M", "BLOCK_N", cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps,
                    cfg.fwd_stages, dict(TAIL_FIRST=bool(cfg.fwd_tail_first), ROPE=True),
@@ -92,32 +94,25 @@ def attention_builds(head_dim: int):
                    cfg.bwd_warps, cfg.bwd_stages, dict(ROPE=True, MASKED_STAGES=cfg.dkdv_masked_stages), None),
                   ("dq", A._attn_bwd_dq_kernel, "BLOCK_M", "BLOCK_N", cfg.dq_block_m, cfg.dq_block_n, cfg.bwd_warps,
                    cfg.bwd_stages, dict(ROPE=True), None)]
-        for name, fn, rows, step, block, block_step, warps, stages, own, descs in passes:
-            for tile, tile_step, tile_warps, tile_stages, tiles in A._launches(cfg, block, block_step, warps, stages,
-                                                                               short=cfg.short_span > 0):
-                launch = f"attention {name} {('single launch', 'long tiles', 'short tiles')[tiles]}"
-                constexprs = {rows: tile, step: tile_step, "SUPER": block, "TILES": tiles, **own, **flags}
+        for name, fn, rows, step, block, block_step, warps, stages, own, descs in passes[:None if has_docs else 1]:
+            for tile, tile_step, tile_warps, tile_stages, tiles in A._launches(
+                    cfg, block, block_step, warps, stages, short=has_docs and cfg.short_span > 0):
+                launch = f"attention {name} {('single launch', 'long tiles', 'short tiles')[tiles]}" + (
+                    "" if has_docs else " without documents")
+                constexprs = {rows: tile, step: tile_step, "SUPER": block, "TILES": tiles, **own, **flags,
+                              "HAS_DOCS": has_docs}
                 if descs is None:
                     yield launch, fn, qkv, constexprs, tile_warps, tile_stages
                     continue
-                # With TMA where the inputs allow it, and through pointers where they do not (or tma is off).
+                # With TMA where the inputs allow it, and through pointers where they do not (or tma is off); each
+                # at the stages the launcher gives it.
                 if cfg.tma:
                     types = {**qkv, **{arg: f"tensordesc<bf16[{tile if r == 'row' else tile_step}, {head_dim}]>"
                                        for arg, r in descs.items()}}
-                    yield f"{launch} tma", fn, types, {**constexprs, "TMA": True}, tile_warps, tile_stages
+                    yield (f"{launch} tma", fn, types, {**constexprs, "TMA": True}, tile_warps,
+                           A.fwd_stages(tile_stages, rope=True, has_docs=has_docs, tma=True))
                 yield (f"{launch} pointers", fn, qkv, {**constexprs, "TMA": False, **dict.fromkeys(descs)},
-                       tile_warps, tile_stages)
-    # Without documents (one launch; the backward's passes only drop their bounds) the forward builds otherwise:
-    # Triton 3.6's ptxas crashed on its TMA build at 2 stages, which the launcher's fwd_stages avoids.
-    constexprs = {**flags, "HAS_DOCS": False, "BLOCK_M": default.fwd_block_m, "BLOCK_N": default.fwd_block_n,
-                  "SUPER": default.fwd_block_m, "TILES": 0, "TAIL_FIRST": bool(default.fwd_tail_first), "ROPE": True}
-    fwd_descs = dict(QD=default.fwd_block_m, KD=default.fwd_block_n, VD=default.fwd_block_n)
-    for tma in (True, False) if default.tma else (False,):
-        types = {**qkv, **{arg: f"tensordesc<bf16[{rows}, {head_dim}]>" for arg, rows in fwd_descs.items()}} \
-            if tma else qkv
-        yield (f"attention fwd without documents {'tma' if tma else 'pointers'}", A._attn_fwd_kernel, types,
-               {**constexprs, "TMA": tma, **({} if tma else dict.fromkeys(fwd_descs))}, default.fwd_warps,
-               A.fwd_stages(default.fwd_stages, rope=True, has_docs=False, tma=tma))
+                       tile_warps, A.fwd_stages(tile_stages, rope=True, has_docs=has_docs, tma=False))
     # The dk/dv pass with its masked loops unpipelined, the sweep's alternative to the default's spills.
     yield ("attention dkdv masked loops at 1 stage", A._attn_bwd_dkdv_kernel, qkv,
            {**flags, "BLOCK_N": default.dkdv_block_n, "BLOCK_M": default.dkdv_block_m, "SUPER": default.dkdv_block_n,
