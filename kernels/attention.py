@@ -595,6 +595,9 @@ def fwd_stages(stages: int, rope: bool, has_docs: bool, tma: bool) -> int:
 
 
 def _check_config(cfg: AttentionConfig) -> None:
+    if cfg.dkdv_masked_stages < 0:
+        raise KernelInputError(f"flash_attention: config.dkdv_masked_stages must be 0 (bwd_stages) or a number of "
+                               f"stages, got {cfg.dkdv_masked_stages}")
     if cfg.short_span <= 0:
         return
     for name in ("fwd_block_m", "dkdv_block_n", "dq_block_m"):

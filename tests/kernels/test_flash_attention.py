@@ -340,6 +340,12 @@ def test_short_blocks_must_split_the_tiles(changes):
         flash_attention(*_qkv(), torch.zeros(1, 16, dtype=torch.int64, device=DEVICE), config=cfg)
 
 
+def test_dkdv_masked_stages_must_not_be_negative():
+    cfg = dataclasses.replace(default_config(16, torch.device(DEVICE)), dkdv_masked_stages=-1)
+    with pytest.raises(KernelInputError, match="dkdv_masked_stages must be 0"):
+        flash_attention(*_qkv(), config=cfg)
+
+
 # ---------------------------------------------------------------------------------------------- errors
 def _qkv(heads=2, kv_heads=2, seq=16, dim=16, dtype=torch.float32):
     return (torch.randn(1, heads, seq, dim, device=DEVICE, dtype=dtype),
