@@ -68,7 +68,7 @@ def test_compiled_plain_arms_compile_the_loss_with_the_model(bench_train, monkey
     assert bench_train.main(["--sizes", "tiny", "--arms", "plain-compile"]) == 0
     (batch_loss,) = compiled
     size = bench_train.PRESETS["tiny"].models[0]
-    batch = bench_train.synthetic_batches(size, np.array([size.seq_len // 2]), seed=0)[0]
+    batch = bench_train.synthetic_batches(size, np.array([size.seq_len // 2]), seed=0, count=1)[0]
     loss = batch_loss(batch)
     assert loss.ndim == 0 and loss.requires_grad  # the step's loss itself, not the logits
 
@@ -90,6 +90,17 @@ def test_doc_len_packs_documents_of_that_length(bench_train, tmp_path):
     assert report["doc_len"] == 16
     # 64-symbol windows of 16-symbol documents (the last cut by the window): 4 of them, 4 x 136 of 64 x 65 / 2 pairs
     assert report["causal_work"]["d64"] == pytest.approx(4 * 16 * 17 / (64 * 65), abs=0.02)
+
+
+def test_each_timed_step_trains_on_a_batch_of_its_own(bench_train, monkeypatch):
+    """A few batches replayed in turn made the share of attention inside documents a draw's (BENCHMARKS.md)."""
+    made = []
+    workload = bench_train.workload
+    monkeypatch.setattr(bench_train, "workload", lambda *args: made.append(workload(*args)) or made[-1])
+    assert bench_train.main(["--sizes", "tiny", "--steps", "3", "--arms", "plain"]) == 0
+    (work,) = made
+    ids = [batch["input_ids"] for batch in work.batches]
+    assert len(ids) == 3 and not any(torch.equal(a, b) for i, a in enumerate(ids) for b in ids[i + 1:])
 
 
 def test_causal_work_is_the_share_of_causal_pairs_inside_documents(bench_train):

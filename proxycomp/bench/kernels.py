@@ -243,7 +243,8 @@ def spm_doc_ids(preset_name: str, seq: int, rows: int, seed: int) -> torch.Tenso
     docs = [d.data for d in corpus.train]
     size = dataclasses.replace(preset.models[0], seq_len=seq, batch_size=rows)
     spm_model = train.train_spm(docs, preset.spm_vocab_size)
-    work = train.workload("spm", size, docs, np.array([len(d) for d in docs]), spm_model, preset, seed)
+    work = train.workload("spm", size, docs, np.array([len(d) for d in docs]), spm_model, preset, seed,
+                          count=1)
     return work.batches[0]["doc_ids"]
 
 
