@@ -514,7 +514,8 @@ class AttentionConfig:
     order (the dq pass always walks the diagonal first).
     dkdv_masked_stages: pipeline stages of the dk/dv pass's masked loops (the diagonal, the documents' edges), a few
     steps per key block; 0: bwd_stages, as its unmasked loop. At the defaults, pipelined alike, the pass builds at
-    255 registers and spills (Triton 3.6, sm_90); at 1 it does not spill (compile_check, BENCHMARKS.md).
+    255 registers and spills (Triton 3.6, sm_90); at 1 it does not spill (compile_check), and runs no faster at the
+    d768 shape (H100, 2026-12-07, BENCHMARKS.md).
     tma: the forward loads q, k and v through TMA tensor descriptors where the inputs allow it (_tma_layout), else
     through pointers. The backward's passes use pointers: TMA did not pay there (H100, 2026-12-06 fourth session,
     BENCHMARKS.md)."""
