@@ -92,15 +92,19 @@ def test_doc_len_packs_documents_of_that_length(bench_train, tmp_path):
     assert report["causal_work"]["d64"] == pytest.approx(4 * 16 * 17 / (64 * 65), abs=0.02)
 
 
-def test_each_timed_step_trains_on_a_batch_of_its_own(bench_train, monkeypatch):
+def test_each_timed_step_trains_on_a_batch_of_its_own_in_every_round(bench_train, monkeypatch, tmp_path):
     """A few batches replayed in turn made the share of attention inside documents a draw's (BENCHMARKS.md)."""
     made = []
     workload = bench_train.workload
     monkeypatch.setattr(bench_train, "workload", lambda *args: made.append(workload(*args)) or made[-1])
-    assert bench_train.main(["--sizes", "tiny", "--steps", "3", "--arms", "plain"]) == 0
-    (work,) = made
+    out = tmp_path / "rounds.json"
+    assert bench_train.main(["--sizes", "tiny", "--steps", "3", "--arms", "plain", "--rounds", "2",
+                             "--out", str(out)]) == 0
+    (work,) = made  # both rounds train on the same windows
     ids = [batch["input_ids"] for batch in work.batches]
     assert len(ids) == 3 and not any(torch.equal(a, b) for i, a in enumerate(ids) for b in ids[i + 1:])
+    report = json.loads(out.read_text())
+    assert report["rounds"] == 2 and [len(r["round_tokens_per_s"]) for r in report["arms"]] == [2]
 
 
 def test_causal_work_is_the_share_of_causal_pairs_inside_documents(bench_train):
@@ -112,7 +116,8 @@ def test_causal_work_is_the_share_of_causal_pairs_inside_documents(bench_train):
 
 def test_throughput_table_compares_every_arm_with_the_flex_loop(bench_train):
     def arm(name, tokens_per_s):
-        return dict(model="d768", arm=name, tokens_per_s=tokens_per_s, step_ms=1.0, tflops=1.0, mfu=0.5)
+        return dict(model="d768", arm=name, tokens_per_s=tokens_per_s, step_ms=1.0, tflops=1.0, mfu=0.5,
+                    round_tokens_per_s=[tokens_per_s])
 
     rows = bench_train.throughput_table([arm("fit-triton-compile", 120.0), arm("plain-compile", 110.0),
                                          arm("plain-flex-compile", 100.0),
@@ -123,6 +128,24 @@ def test_throughput_table_compares_every_arm_with_the_flex_loop(bench_train):
     assert "| 1.182x | 1.300x |" in rows[5]
     without = bench_train.throughput_table([arm("fit-triton-compile", 120.0)]).splitlines()
     assert "| n/a | n/a |" in without[2]
+
+
+def test_rounds_take_each_ratio_within_its_round_and_print_the_range(bench_train):
+    def arm(name, *rounds):
+        run = dict(model="d768", arm=name, seconds=2.0, step_ms=1.0, tflops=1.0, mfu=0.5, peak_gib=1.0)
+        return bench_train.merge_rounds([{**run, "tokens_per_s": t, "peak_gib": 1.0 + i}
+                                         for i, t in enumerate(rounds)])
+
+    # Round by round fit runs 1.2, 1.1 and 1.1x Flex: the median of those, where the medians' ratio would read 1.2.
+    fit, flex = arm("fit-triton-compile", 120.0, 110.0, 121.0), arm("plain-flex-compile", 100.0, 100.0, 110.0)
+    assert fit["tokens_per_s"] == 120.0 and fit["round_tokens_per_s"] == [120.0, 110.0, 121.0]
+    assert fit["step_ms"] == pytest.approx(1.0) and fit["peak_gib"] == 3.0
+    slower = arm("fit-triton-compile", 60.0, 50.0, 40.0)  # the figures follow the median round's tokens/s
+    assert slower["step_ms"] == pytest.approx(1.2) and slower["mfu"] == pytest.approx(0.5 * 50 / 60)
+    rows = bench_train.throughput_table([fit, flex]).splitlines()
+    assert "| n/a | 1.100x (1.100-1.200) |" in rows[2]
+    failed = arm("plain", 1.0) | {"error": "OutOfMemoryError: x"}
+    assert bench_train.merge_rounds([arm("plain", 1.0), failed]) is failed
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the flex arm runs where there is CUDA")
@@ -145,6 +168,8 @@ def test_flex_arm_asks_for_a_gpu_on_the_cpu(bench_train, capsys):
         (["--sizes", "huge"], "invalid choice: 'huge'"),
         (["--sizes", "tiny", "--windows", "zstd"], "invalid choice: 'zstd'"),
         (["--sizes", "tiny", "--profile", "p", "--record"], "--profile and --record"),
+        (["--sizes", "tiny", "--rounds", "0"], "--rounds must be >= 1, got 0"),
+        (["--sizes", "tiny", "--profile", "p", "--rounds", "2"], "--profile and --rounds"),
         (["--sizes", "tiny", "--doc_len", "0"], "--doc_len 0: takes a positive length"),
         (["--sizes", "tiny", "--windows", "spm", "--doc_len", "512"], "with --windows raw"),
     ],

@@ -19,10 +19,11 @@ All arms of a model size train on the same windows, prepared in memory (a tiny d
 data loading is not what they measure: one batch per timed step, which the warmup steps replay from the first.
 `--windows raw` (default): random raw bytes packed in documents as long as the corpus files, the byte-only recipe's
 workload; with `--doc_len N`, documents of N symbols each instead (FlexAttention's published document-masking loop
-ran at 512). `--windows spm`: windows of the real
-TrainStream of the spm proxy recipe past its warmup (each document compressed with probability 0.9, sentinel
-mixing; compressed documents are ~3.6x shorter in symbols), with the vocabulary of its 8192 pieces. The summary
-states the share of causal attention the windows' documents keep, which bounds what the document mask can skip.
+ran at 512). `--windows spm`: windows of the real TrainStream of the spm proxy recipe past its warmup (each document
+compressed with probability 0.9, sentinel mixing; compressed documents are ~3.6x shorter in symbols), with the
+vocabulary of its 8192 pieces. The summary states the share of causal attention the windows' documents keep, which
+bounds what the document mask can skip. `--rounds N` runs the arms N times in turn; each ratio is then the median of
+the rounds' own ratios, with their range: a ratio near an issue's threshold says whether it is outside the noise.
 `-compile` wraps the Transformer and its cross-entropy in one torch.compile (the fit arms: as ProxyLM(compile=True)
 does; the plain arms: model and loss in one function); the Triton attention is an opaque op inside the graph.
 `-graphs` is the same in mode "reduce-overhead" (ProxyLM's compile_mode): each compiled forward and backward is
@@ -35,7 +36,7 @@ Data pipeline: symbols/s per CPU core of the real TrainStream for the raw, spm a
 (`proxycomp.bench.data.measure`), and the cores each model's fastest arm would need.
 
     python tools/bench_train.py --sizes h200 --out train.json [--models d768] [--arms fit-triton,plain] \
-        [--windows spm | --doc_len 512] [--record]
+        [--windows spm | --doc_len 512] [--rounds 3] [--record]
     python tools/bench_train.py --sizes tiny    # CPU, seconds: every path runs; the figures mean nothing
 """
 from __future__ import annotations
@@ -47,6 +48,7 @@ import json
 import logging
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -399,6 +401,23 @@ def run_arm(arm: Arm, size: ModelSize, work: Workload, device: torch.device, pre
     return result
 
 
+def merge_rounds(runs: list[dict]) -> dict:
+    """One arm's rounds as one result: the median tokens/s, the figures that follow from it, and each round's
+    tokens/s (`round_tokens_per_s`, which the table's ratios are taken from). A round that failed fails the arm."""
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return failed[0]
+    each = [r["tokens_per_s"] for r in runs]
+    first, median = runs[0], statistics.median(each)
+    scale = median / first["tokens_per_s"]
+    merged = {**first, "tokens_per_s": median, "seconds": first["seconds"] / scale,
+              "step_ms": first["step_ms"] / scale, "tflops": first["tflops"] * scale, "mfu": first["mfu"] * scale,
+              "round_tokens_per_s": each}
+    if "peak_gib" in first:
+        merged["peak_gib"] = max(r["peak_gib"] for r in runs)
+    return merged
+
+
 def data_rates(docs: list[bytes], spm_model: bytes, preset: Preset, seq_len: int) -> list[dict]:
     """Symbols/s per core of the real training stream, one view at a time."""
     config = ViewConfig(DATA_VIEWS, spm_vocab_size=preset.spm_vocab_size)
@@ -408,7 +427,9 @@ def data_rates(docs: list[bytes], spm_model: bytes, preset: Preset, seq_len: int
 def throughput_table(arms: list[dict]) -> str:
     """One row per arm; `vs plain (SDPA)` against the model's fastest plain arm on torch's SDPA (no document mask),
     `vs flex` against plain-flex-compile (the plain loop with the same document mask as fit). Ratios carry three
-    decimals: issue targets are thresholds such as 1.10x, and two decimals print 1.095 as 1.10x."""
+    decimals: issue targets are thresholds such as 1.10x, and two decimals print 1.095 as 1.10x. Over several
+    rounds a ratio is the median of the rounds' ratios (each of two arms run minutes apart, not a median over
+    either arm's other rounds) with their range in parentheses: the run's own noise."""
     lines = ["| model | arm | tokens/s | step ms | TFLOP/s | MFU | vs plain (SDPA) | vs flex | peak GiB |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in arms:
@@ -416,15 +437,21 @@ def throughput_table(arms: list[dict]) -> str:
             lines.append(f"| {r['model']} | {r['arm']} | failed: {r['error'][:80]} | | | | | | |")
             continue
         ok = [p for p in arms if p["model"] == r["model"] and "error" not in p]
-        plain = [p["tokens_per_s"] for p in ok
+        plain = [p["round_tokens_per_s"] for p in ok
                  if BY_NAME[p["arm"]].loop == "plain" and BY_NAME[p["arm"]].attn_backend == "sdpa"]
-        flex = [p["tokens_per_s"] for p in ok if p["arm"] == "plain-flex-compile"]
-        ratio = f"{r['tokens_per_s'] / max(plain):.3f}x" if plain else "n/a"
-        versus_flex = f"{r['tokens_per_s'] / flex[0]:.3f}x" if flex else "n/a"
+        flex = [p["round_tokens_per_s"] for p in ok if p["arm"] == "plain-flex-compile"]
+        ratio = _ratio(r["round_tokens_per_s"], [max(each) for each in zip(*plain)]) if plain else "n/a"
+        versus_flex = _ratio(r["round_tokens_per_s"], flex[0]) if flex else "n/a"
         peak = f"{r['peak_gib']:.1f}" if "peak_gib" in r else "n/a"
         lines.append(f"| {r['model']} | {r['arm']} | {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | "
                      f"{r['tflops']:.1f} | {r['mfu']:.1%} | {ratio} | {versus_flex} | {peak} |")
     return "\n".join(lines)
+
+
+def _ratio(rounds: list[float], baseline: list[float]) -> str:
+    each = [a / b for a, b in zip(rounds, baseline, strict=True)]
+    spread = f" ({min(each):.3f}-{max(each):.3f})" if len(each) > 1 else ""
+    return f"{statistics.median(each):.3f}x{spread}"
 
 
 def best_rates(arms: list[dict]) -> dict[str, float]:
@@ -457,6 +484,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Preset, list
                    help="what the arms train on: synthetic byte-only windows, or the spm proxy recipe's stream")
     p.add_argument("--doc_len", type=int, metavar="N",
                    help="raw windows only: documents of N symbols each instead of the corpus files' lengths")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the arms this many times in turn (A B C A B C ...): tokens/s is each arm's median, "
+                        "and each ratio prints the range of the rounds' ratios")
     p.add_argument("--seed", type=int, default=0, help="seed of the models and data")
     p.add_argument("--out", type=Path, help="write every figure to this JSON file")
     p.add_argument("--device_note", default="", help="extra words on the machine for BENCHMARKS.md")
@@ -491,6 +521,10 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Preset, list
     if args.doc_len is not None and (args.doc_len < 1 or args.windows != "raw"):
         p.error(f"--doc_len {args.doc_len}: takes a positive length, with --windows raw (the spm stream's documents "
                 "are the corpus files, compressed)")
+    if args.rounds < 1:
+        p.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.profile is not None and args.rounds > 1:
+        p.error("--profile and --rounds: each round would overwrite the last one's profile; profile one round")
     if args.profile is not None and args.record:
         p.error("--profile and --record: the profiler's overhead would land in the recorded figures; run them apart")
     if args.profile is not None:
@@ -532,19 +566,25 @@ def _run(args, preset, models, arms, argv: list[str]) -> int:
     for size in models:
         work = workload(args.windows, size, docs, doc_lengths, spm_model, preset, args.seed, args.steps)
         work_kept[size.name] = work.causal_work()
-        for arm in arms:
-            results.append(run_arm(arm, size, work, device, preset, args.warmup, args.steps, matmul, args.profile))
-            if "error" not in results[-1]:
-                print(f"{size.name} {arm.name}: {results[-1]['tokens_per_s']:,.0f} tokens/s", flush=True)
+        runs: list[list[dict]] = [[] for _ in arms]
+        for round_ in range(args.rounds):
+            for arm, arm_runs in zip(arms, runs):
+                arm_runs.append(run_arm(arm, size, work, device, preset, args.warmup, args.steps, matmul,
+                                        args.profile))
+                if "error" not in arm_runs[-1]:
+                    which = f" (round {round_ + 1} of {args.rounds})" if args.rounds > 1 else ""
+                    print(f"{size.name} {arm.name}{which}: {arm_runs[-1]['tokens_per_s']:,.0f} tokens/s", flush=True)
+        results += [merge_rounds(arm_runs) for arm_runs in runs]
     data = data_rates(docs, spm_model, preset, max(m.seq_len for m in models))
     best = best_rates(results)
     for row in data:
         row["cores_needed"] = {m: rate / row["symbols_per_s"] for m, rate in best.items()}
 
     command = "python tools/bench_train.py " + " ".join(argv)
+    rounds_words = f", {args.rounds} rounds of the arms in turn (medians)" if args.rounds > 1 else ""
     summary = (f"{device_name}, torch {torch.__version__}; matmul ceiling {matmul / 1e12:.1f} TFLOP/s "
                f"({preset.matmul_size}^3, {str(dtype).removeprefix('torch.')}); {args.warmup} warmup + {args.steps} "
-               f"timed steps per arm; windows: {windows_words}; corpus: {len(docs)} python-sources "
+               f"timed steps per arm{rounds_words}; windows: {windows_words}; corpus: {len(docs)} python-sources "
                f"files (raw mean {file_lengths.mean():,.0f} symbols); "
                f"{', '.join(f'{kept:.0%} ({name})' for name, kept in work_kept.items())} of causal attention inside "
                f"documents; data pipeline per view on one core of this host (spm vocab {preset.spm_vocab_size}, "
@@ -554,8 +594,8 @@ def _run(args, preset, models, arms, argv: list[str]) -> int:
         args.out.write_text(json.dumps({
             "device": device_name, "torch": torch.__version__, "command": command.strip(), "preset": args.sizes,
             "dtype": str(dtype), "matmul_size": preset.matmul_size, "matmul_flops": matmul, "warmup": args.warmup,
-            "steps": args.steps, "windows": args.windows, "doc_len": args.doc_len, "causal_work": work_kept,
-            "arms": results, "data": data,
+            "steps": args.steps, "rounds": args.rounds, "windows": args.windows, "doc_len": args.doc_len,
+            "causal_work": work_kept, "arms": results, "data": data,
         }, indent=1))
     if args.record:
         stamp = datetime.date.today().isoformat()
