@@ -20,6 +20,11 @@ tiles whose document span (the keys the big tile would visit, or the queries for
 returns at once if the tile belongs to the other launch: no host sync, and each row is written by one program.
 Measured, it pays only at head size 128 with 32-128 documents per row, and only on the GPU (SHORT_TILES).
 
+Launch order. Causal tiles differ in work by up to the sequence's length in blocks, and the GPU starts programs in
+grid order. In each row's own order the longest tiles of the last rows start near the end of the launch and run on
+an otherwise idle GPU; `AttentionConfig.tile_group` interleaves the rows in groups, longest tiles first across a
+group (_tile), small enough that a group's k and v stay in L2.
+
 Each kernel walks its key (or query) range in three phases: a masked head (document boundary), an
 unmasked middle, and a masked tail (diagonal / sequence end / document end). Only the phases that
 can hold masked entries pay for the mask.
@@ -113,6 +118,23 @@ def _short_tile(DOC_START, DOC_END, base, t0, S, short_span, SUPER: tl.constexpr
         if not CAUSAL:
             hi = tl.load(DOC_END + base + s_last)
     return hi - lo <= short_span
+
+
+@triton.jit
+def _tile(tile_group):
+    """This program's (block, row) in launch order. The grid's rows (batch x heads) are taken tile_group at a time,
+    and a group launches block 0 of each of its rows, then block 1, and so on. Each pass numbers its blocks so that
+    block 0 is its longest causal tile (the forward and dq passes count them from the sequence's end), so the longest
+    tiles of a group start first, across its rows, instead of those of the last rows starting near the end of the
+    launch and running alone. A group's rows share the k and v (or q and do) its programs read in L2 at a time.
+    At 1: each row's blocks in turn (the grid's own order)."""
+    blocks = tl.num_programs(0)
+    pid = tl.program_id(1) * blocks + tl.program_id(0)
+    per_group = tile_group * blocks
+    first = (pid // per_group) * tile_group
+    size = tl.minimum(tile_group, tl.num_programs(1) - first)
+    r = pid % per_group
+    return r // size, first + r % size
 
 
 @triton.jit
@@ -235,7 +257,7 @@ def _rope_rows(x, cos_base, sin_base, rows, ok, scs, ROWS: tl.constexpr, HEAD_DI
 def _attn_fwd_kernel(
     Q, K, V, O, LSE, DOC_START, DOC_END, QD, KD, VD, COS, SIN, QR,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos, scb, scs, sqrb, sqrh, sqrs,
-    H, S, qk_scale2, short_span,
+    H, S, qk_scale2, short_span, tile_group,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
     SUPER: tl.constexpr, TILES: tl.constexpr, TAIL_FIRST: tl.constexpr, TMA: tl.constexpr, ROPE: tl.constexpr,
@@ -244,8 +266,8 @@ def _attn_fwd_kernel(
     given before RoPE (k after): the block rotates its rows once, stores them in QR for the backward and reads them
     back from there."""
     # Causal blocks further down the sequence do more work: launch them first for a shorter tail.
-    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    block, pid_bh = _tile(tile_group)
+    pid_m = tl.num_programs(0) - 1 - block
     b = pid_bh // H
     h = pid_bh % H
     hkv = h // GROUP
@@ -343,7 +365,7 @@ def _attn_bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV, DOC_START, DOC_END, COS, SIN,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos,
     sdkb, sdkh, sdks, sdvb, sdvh, sdvs, scb, scs,
-    H, S, qk_scale2, sm_scale, short_span,
+    H, S, qk_scale2, sm_scale, short_span, tile_group,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
     SUPER: tl.constexpr, TILES: tl.constexpr, ROPE: tl.constexpr, MASKED_STAGES: tl.constexpr,
@@ -355,8 +377,8 @@ def _attn_bwd_dkdv_kernel(
     variant was slower at head size 64 (288 vs 311 TFLOP/s fwd+bwd) and no faster at 128, so it was removed. On
     H100s (2026-12-06, seventh session) such a pass with 64-query steps and TMA reduce-adds beat the two passes
     alone by 8-19%, and lost once the float32 buffer's delta, zero-fill and conversion kernels were counted."""
-    n0 = tl.program_id(0) * BLOCK_N
-    pid_bh = tl.program_id(1)
+    block, pid_bh = _tile(tile_group)
+    n0 = block * BLOCK_N
     hkv_count = H // GROUP
     b = pid_bh // hkv_count
     hkv = pid_bh % hkv_count
@@ -446,7 +468,7 @@ def _dq_blocks(dq, q, do, lse, delta, k_base, v_base, sks, svs, offs_m, start_q,
 def _attn_bwd_dq_kernel(
     Q, K, V, O, DO, LSE, DELTA, DQ, DOC_START, DOC_END, COS, SIN,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos, sdob, sdoh, sdos, sdqb, sdqh, sdqs, scb, scs,
-    H, S, qk_scale2, sm_scale, short_span,
+    H, S, qk_scale2, sm_scale, short_span, tile_group,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
     SUPER: tl.constexpr, TILES: tl.constexpr, ROPE: tl.constexpr,
@@ -454,8 +476,8 @@ def _attn_bwd_dq_kernel(
     """One query block: dq, and first delta = rowsum(o * do), the softmax-backward term of its rows, which it
     stores for the dk/dv pass that runs after it. Each row has one dq program, so this replaces a launch of its own
     that read o and do once more (~42 us per d768 layer on an H100, BENCHMARKS.md)."""
-    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    block, pid_bh = _tile(tile_group)
+    pid_m = tl.num_programs(0) - 1 - block
     b = pid_bh // H
     h = pid_bh % H
     hkv = h // GROUP
@@ -518,7 +540,9 @@ class AttentionConfig:
     d768 shape (H100, 2026-12-07, BENCHMARKS.md).
     tma: the forward loads q, k and v through TMA tensor descriptors where the inputs allow it (_tma_layout), else
     through pointers. The backward's passes use pointers: TMA did not pay there (H100, 2026-12-06 fourth session,
-    BENCHMARKS.md)."""
+    BENCHMARKS.md).
+    tile_group: how many of the grid's (batch, head) rows launch their tiles interleaved, longest first (_tile); 1:
+    each row's tiles in turn."""
 
     fwd_block_m: int
     fwd_block_n: int
@@ -538,6 +562,7 @@ class AttentionConfig:
     short_stages: int = 2
     fwd_tail_first: bool = True
     tma: bool = True
+    tile_group: int = 1
 
     def ints(self) -> list[int]:
         """The fields in order, as the ops take them (not dataclasses.astuple: torch.compile cannot trace its
@@ -596,6 +621,9 @@ def fwd_stages(stages: int, rope: bool, has_docs: bool, tma: bool) -> int:
 
 
 def _check_config(cfg: AttentionConfig) -> None:
+    if cfg.tile_group < 1:
+        raise KernelInputError(f"flash_attention: config.tile_group must be at least 1 (rows whose tiles launch "
+                               f"interleaved), got {cfg.tile_group}")
     if cfg.dkdv_masked_stages < 0:
         raise KernelInputError(f"flash_attention: config.dkdv_masked_stages must be 0 (bwd_stages) or a number of "
                                f"stages, got {cfg.dkdv_masked_stages}")
@@ -765,7 +793,7 @@ def _launch_fwd(q, k, v, cos, sin, doc_start, doc_end, causal: bool, scale: floa
         stages = fwd_stages(stages, rope, has_docs, descs[0] is not None)
         _FWD[(cdiv(seq_len, block_m), batch * heads)](
             q, k, v, o, lse, doc_start if has_docs else lse, doc_end if has_docs else lse, *descs, *angles,
-            *strides, heads, seq_len, scale * LOG2E, cfg.short_span,
+            *strides, heads, seq_len, scale * LOG2E, cfg.short_span, cfg.tile_group,
             GROUP=heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
             CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip, FP32_DOT=_fp32_dot(q.dtype), SUPER=cfg.fwd_block_m,
             TILES=tiles, TAIL_FIRST=bool(cfg.fwd_tail_first), TMA=descs[0] is not None, ROPE=rope, num_warps=warps,
@@ -800,14 +828,16 @@ def _launch_bwd(do, q, k, v, o, lse, cos, sin, doc_start, doc_end, causal: bool,
                                                             cfg.bwd_stages, short):
         _DQ[(cdiv(seq_len, block_m), batch * heads)](
             q, k, v, o, do, lse, delta, dq, doc_start, doc_end, *angles, *strides, *o.stride()[:3], *do_strides,
-            *dq.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m,
+            *dq.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, cfg.tile_group,
+            BLOCK_M=block_m,
             BLOCK_N=block_n, SUPER=cfg.dq_block_m, TILES=tiles, num_warps=warps, num_stages=stages, **common,
         )
     for block_n, block_m, warps, stages, tiles in _launches(cfg, cfg.dkdv_block_n, cfg.dkdv_block_m, cfg.bwd_warps,
                                                             cfg.bwd_stages, short):
         _DKDV[(cdiv(seq_len, block_n), batch * kv_heads)](
             q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *angles, *strides, *do_strides, *dk.stride()[:3],
-            *dv.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m,
+            *dv.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, cfg.tile_group,
+            BLOCK_M=block_m,
             BLOCK_N=block_n, SUPER=cfg.dkdv_block_n, TILES=tiles, MASKED_STAGES=cfg.dkdv_masked_stages,
             num_warps=warps, num_stages=stages, **common,
         )

@@ -158,6 +158,20 @@ def test_dkdv_masked_loops_at_their_own_stages():
                              rope=_rope(batch, seq, head_dim), config=cfg)
 
 
+@pytest.mark.parametrize("tile_group", [2, 5, 64])
+def test_each_tile_computed_once_in_any_launch_order(tile_group):
+    """tile_group reorders which program takes which (block, row): groups that divide the rows, one that leaves a
+    short last group, and one larger than the grid must still give every tile of every pass to exactly one program
+    (a tile no program took would leave its rows of the empty outputs unwritten). GQA: the dk/dv pass's rows are the
+    kv heads, fewer than the others'."""
+    batch, heads, kv_heads, seq, head_dim = (3, 6, 2, 1100, 64) if CUDA else (3, 2, 1, 70, 16)
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    cfg = dataclasses.replace(default_config(head_dim, torch.device(DEVICE)), tile_group=tile_group)
+    _check_against_reference(*_inputs(batch, heads, kv_heads, seq, head_dim, dtype),
+                             _doc_ids("random", batch, seq).to(DEVICE), True, TOLERANCE[dtype],
+                             rope=_rope(batch, seq, head_dim), config=cfg)
+
+
 def test_skipping_does_not_change_the_result():
     batch, heads, seq, head_dim = (2, 4, 2048, 64) if CUDA else (1, 2, 90, 16)
     dtype = torch.bfloat16 if CUDA else torch.float32
@@ -338,6 +352,12 @@ def test_short_blocks_must_split_the_tiles(changes):
     cfg = dataclasses.replace(_short_config(16), **changes)
     with pytest.raises(KernelInputError, match="short_block"):
         flash_attention(*_qkv(), torch.zeros(1, 16, dtype=torch.int64, device=DEVICE), config=cfg)
+
+
+def test_tile_group_must_be_positive():
+    cfg = dataclasses.replace(default_config(16, torch.device(DEVICE)), tile_group=0)
+    with pytest.raises(KernelInputError, match="tile_group must be at least 1"):
+        flash_attention(*_qkv(), config=cfg)
 
 
 def test_dkdv_masked_stages_must_not_be_negative():
