@@ -124,10 +124,10 @@ def _short_tile(DOC_START, DOC_END, base, t0, S, short_span, SUPER: tl.constexpr
 def _tile(tile_group):
     """This program's (block, row) in launch order. The grid's rows (batch x heads) are taken tile_group at a time,
     and a group launches block 0 of each of its rows, then block 1, and so on. Each pass numbers its blocks so that
-    block 0 is its longest causal tile (the forward and dq passes count them from the sequence's end), so the longest
-    tiles of a group start first, across its rows, instead of those of the last rows starting near the end of the
-    launch and running alone. A group's rows share the k and v (or q and do) its programs read in L2 at a time.
-    At 1: each row's blocks in turn (the grid's own order)."""
+    block 0 is its longest causal tile at one document a row (the forward and dq passes count them from the
+    sequence's end), so the longest tiles of a group start first, across its rows, instead of those of the last
+    rows starting near the end of the launch and running alone. The k and v (or q and do) a group's programs read
+    stay in L2 while it runs. At 1: each row's blocks in turn (the grid's own order)."""
     blocks = tl.num_programs(0)
     pid = tl.program_id(1) * blocks + tl.program_id(0)
     per_group = tile_group * blocks
@@ -607,7 +607,11 @@ def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
         # session, BENCHMARKS.md): 64 queries stay. With TMA loads the forward runs faster at 2 stages than at 3
         # (1.07 / 1.19 / 1.17x against 1.04 / 1.12 / 1.07x the pointer forward at 1 / 8 / 512-position documents;
         # H100, 2026-12-06 fourth session); at head size 128, 2 stages lost.
-        return AttentionConfig(64, 64, 4, 2, 64, 32, 64, 64, 4, 3)
+        # Tiles launch 24 rows at a time, longest first (tile_group): fwd+bwd as graphs 1.018 / 1.032 / 1.020 /
+        # 1.000x the grid's own order at one document / corpus-like documents / the spm stream / 512-position
+        # documents, and fit-triton-compile on corpus-like documents +1.2% (H100, 2026-12-07, BENCHMARKS.md). All 96
+        # rows of the d768 shape at once lost 3-11%.
+        return AttentionConfig(64, 64, 4, 2, 64, 32, 64, 64, 4, 3, tile_group=24)
     # The forward walks key blocks in position order here: diagonal first, it ran 1-4% slower at every document
     # count on an H100 (fwd 0.689 vs 0.674 ms at one document, 0.298 vs 0.286 at 8; host-launched, 2026-12-06,
     # BENCHMARKS.md), where the backward gained.

@@ -131,10 +131,12 @@ def test_block_sweep_rows_say_which_documents_they_timed(bench_kernels):
     assert bench_kernels.SWEEP_DOCS[0] == 1 and "L512" in bench_kernels.SWEEP_DOCS
     rows, _ = bench_kernels.summary([
         dict(kind="sweep_fwd", B=8, H=12, S=4096, D=64, docs="L512", config=(64, 64, 4, 3), ms=0.2, tflops=150.0),
-        dict(kind="sweep_fwd_bwd", B=8, H=12, S=4096, D=64, config=(64, 64, 64, 64, 4, 3), ms=2.0, tflops=300.0)])
+        dict(kind="sweep_fwd_bwd", B=8, H=12, S=4096, D=64, config=(64, 64, 64, 64, 4, 3), ms=2.0, tflops=300.0),
+        dict(kind="sweep_fwd_bwd", B=8, H=12, S=4096, D=64, docs=1, config=["tile_group", 24], ms=2.0, tflops=310.0)])
     assert rows[0].startswith("sweep fwd (8, 12, 4096, 64)  docs=L512 (64, 64, 4, 3)") and rows[0].endswith(
         "150 TF/s")
     assert "docs=1    (64, 64, 64, 64, 4, 3)" in rows[1]  # a record from before documents were swept: one
+    assert "docs=1    ('tile_group', 24)" in rows[2]  # the launch order, as the JSON gives it back
 
 
 def test_rope_summary_states_what_rope_adds_to_each_pass(bench_kernels):

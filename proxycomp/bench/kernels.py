@@ -25,9 +25,9 @@ beside torch.compile's rotation of k (which stays outside the kernels) and of q 
 which the kernels replace); each timed as a CUDA graph, the rotating passes first checked against the rotation done
 outside.
 
-Sweep (`--parts sweep`): block configs of the forward and the backward at one document and at 512-position
-documents, launched as the model launches them (RoPE inside), and the short-document tiles' settings at 32 and 128
-random documents and at 512-position ones, each timed as a CUDA graph.
+Sweep (`--parts sweep`): block configs of the forward and the backward, and the tiles' launch order (tile_group),
+at one document and at 512-position documents, launched as the model launches them (RoPE inside), and the
+short-document tiles' settings at 32 and 128 random documents and at 512-position ones, each timed as a CUDA graph.
 
     python tools/bench_kernels.py --out bench.json [--record] [--parts attention,embedding,flex,host,rope,sweep]
 
@@ -557,6 +557,8 @@ SWEEP_SHAPES = [(8, 12, 4096, 64), (4, 16, 4096, 128)]
 # Documents per row: one (full causal, where the defaults were picked) and the 512-position documents of
 # `bench_train --doc_len 512`, where the training step is the kernel's to win (BENCHMARKS.md, 2026-12-05).
 SWEEP_DOCS = (1, "L512")
+# AttentionConfig.tile_group, each with the default blocks: 1 is the grid's own order, 96 every row of the d768 shape.
+SWEEP_GROUPS = (1, 12, 24, 48, 96)
 # (block_m, block_n, warps, stages) of the forward.
 SWEEP_FWD = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 4),
              (128, 32, 4, 3)]
@@ -646,6 +648,8 @@ def sweep_attention(results: list, gen_cpu, gen_cuda) -> None:
         configs = [("sweep_fwd", c, dataclasses.replace(base, **dict(zip(fields[:4], c)))) for c in SWEEP_FWD]
         configs += [("sweep_fwd_bwd", c, dataclasses.replace(base, **dict(zip(fields[4:], c))))
                     for c in SWEEP_BWD[dim]]
+        configs += [(kind, ("tile_group", group), dataclasses.replace(base, tile_group=group))
+                    for kind in ("sweep_fwd", "sweep_fwd_bwd") for group in SWEEP_GROUPS]
         for docs in SWEEP_DOCS:
             doc_ids = flex_doc_ids(docs, batch, seq, gen_cpu, None)
             bounds = document_bounds(doc_ids)
