@@ -126,8 +126,9 @@ def _tile(tile_group):
     and a group launches block 0 of each of its rows, then block 1, and so on. Each pass numbers its blocks so that
     block 0 is its longest causal tile at one document a row (the forward and dq passes count them from the
     sequence's end), so the longest tiles of a group start first, across its rows, instead of those of the last
-    rows starting near the end of the launch and running alone. The k and v (or q and do) a group's programs read
-    stay in L2 while it runs. At 1: each row's blocks in turn (the grid's own order)."""
+    rows starting near the end of the launch and running alone. Groups stay small so that the k and v (or q and do)
+    their programs read can stay in L2: all 96 rows of the d768 shape at once ran fwd+bwd 3-11% slower than one at
+    a time (BENCHMARKS.md, 2026-12-07). At 1: each row's blocks in turn (the grid's own order)."""
     blocks = tl.num_programs(0)
     pid = tl.program_id(1) * blocks + tl.program_id(0)
     per_group = tile_group * blocks
@@ -833,16 +834,15 @@ def _launch_bwd(do, q, k, v, o, lse, cos, sin, doc_start, doc_end, causal: bool,
         _DQ[(cdiv(seq_len, block_m), batch * heads)](
             q, k, v, o, do, lse, delta, dq, doc_start, doc_end, *angles, *strides, *o.stride()[:3], *do_strides,
             *dq.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, cfg.tile_group,
-            BLOCK_M=block_m,
-            BLOCK_N=block_n, SUPER=cfg.dq_block_m, TILES=tiles, num_warps=warps, num_stages=stages, **common,
+            BLOCK_M=block_m, BLOCK_N=block_n, SUPER=cfg.dq_block_m, TILES=tiles, num_warps=warps, num_stages=stages,
+            **common,
         )
     for block_n, block_m, warps, stages, tiles in _launches(cfg, cfg.dkdv_block_n, cfg.dkdv_block_m, cfg.bwd_warps,
                                                             cfg.bwd_stages, short):
         _DKDV[(cdiv(seq_len, block_n), batch * kv_heads)](
             q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *angles, *strides, *do_strides, *dk.stride()[:3],
             *dv.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, cfg.tile_group,
-            BLOCK_M=block_m,
-            BLOCK_N=block_n, SUPER=cfg.dkdv_block_n, TILES=tiles, MASKED_STAGES=cfg.dkdv_masked_stages,
+            BLOCK_M=block_m, BLOCK_N=block_n, SUPER=cfg.dkdv_block_n, TILES=tiles, MASKED_STAGES=cfg.dkdv_masked_stages,
             num_warps=warps, num_stages=stages, **common,
         )
     return dq, dk, dv
