@@ -121,21 +121,28 @@ def _short_tile(DOC_START, DOC_END, base, t0, S, short_span, SUPER: tl.constexpr
 
 
 @triton.jit
-def _tile(tile_group):
-    """This program's (block, row) in launch order. The grid's rows (batch x heads) are taken tile_group at a time,
+def _tile(TILE_GROUP: tl.constexpr):
+    """This program's (block, row) in launch order. The grid's rows (batch x heads) are taken TILE_GROUP at a time,
     and a group launches block 0 of each of its rows, then block 1, and so on. Each pass numbers its blocks so that
     block 0 is its longest causal tile at one document a row (the forward and dq passes count them from the
     sequence's end), so the longest tiles of a group start first, across its rows, instead of those of the last
     rows starting near the end of the launch and running alone. Groups stay small so that the k and v (or q and do)
     their programs read can stay in L2: all 96 rows of the d768 shape at once ran fwd+bwd 3-11% slower than one at
-    a time (BENCHMARKS.md, 2026-12-07). At 1: each row's blocks in turn (the grid's own order)."""
-    blocks = tl.num_programs(0)
-    pid = tl.program_id(1) * blocks + tl.program_id(0)
-    per_group = tile_group * blocks
-    first = (pid // per_group) * tile_group
-    size = tl.minimum(tile_group, tl.num_programs(1) - first)
-    r = pid % per_group
-    return r // size, first + r % size
+    a time (BENCHMARKS.md, 2026-12-07). At 1: each row's blocks in turn, the program ids themselves, which the
+    compiler can re-read after a loop instead of keeping them live (the mapped ones cost the dk/dv pass stack)."""
+    if TILE_GROUP == 1:
+        block = tl.program_id(0)
+        row = tl.program_id(1)
+    else:
+        blocks = tl.num_programs(0)
+        pid = tl.program_id(1) * blocks + tl.program_id(0)
+        per_group = TILE_GROUP * blocks
+        first = (pid // per_group) * TILE_GROUP
+        size = tl.minimum(TILE_GROUP, tl.num_programs(1) - first)
+        r = pid % per_group
+        block = r // size
+        row = first + r % size
+    return block, row
 
 
 @triton.jit
@@ -258,16 +265,17 @@ def _rope_rows(x, cos_base, sin_base, rows, ok, scs, ROWS: tl.constexpr, HEAD_DI
 def _attn_fwd_kernel(
     Q, K, V, O, LSE, DOC_START, DOC_END, QD, KD, VD, COS, SIN, QR,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos, scb, scs, sqrb, sqrh, sqrs,
-    H, S, qk_scale2, short_span, tile_group,
+    H, S, qk_scale2, short_span,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
     SUPER: tl.constexpr, TILES: tl.constexpr, TAIL_FIRST: tl.constexpr, TMA: tl.constexpr, ROPE: tl.constexpr,
+    TILE_GROUP: tl.constexpr,
 ):
     """One query block. TMA: q, k and v come through the tensor descriptors QD, KD, VD (else None). ROPE: q is
     given before RoPE (k after): the block rotates its rows once, stores them in QR for the backward and reads them
     back from there."""
     # Causal blocks further down the sequence do more work: launch them first for a shorter tail.
-    block, pid_bh = _tile(tile_group)
+    block, pid_bh = _tile(TILE_GROUP)
     pid_m = tl.num_programs(0) - 1 - block
     b = pid_bh // H
     h = pid_bh % H
@@ -366,10 +374,11 @@ def _attn_bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV, DOC_START, DOC_END, COS, SIN,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos,
     sdkb, sdkh, sdks, sdvb, sdvh, sdvs, scb, scs,
-    H, S, qk_scale2, sm_scale, short_span, tile_group,
+    H, S, qk_scale2, sm_scale, short_span,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
     SUPER: tl.constexpr, TILES: tl.constexpr, ROPE: tl.constexpr, MASKED_STAGES: tl.constexpr,
+    TILE_GROUP: tl.constexpr,
 ):
     """One key block of one kv head: accumulates over every query head of its GQA group, so no atomics.
 
@@ -378,7 +387,7 @@ def _attn_bwd_dkdv_kernel(
     variant was slower at head size 64 (288 vs 311 TFLOP/s fwd+bwd) and no faster at 128, so it was removed. On
     H100s (2026-12-06, seventh session) such a pass with 64-query steps and TMA reduce-adds beat the two passes
     alone by 8-19%, and lost once the float32 buffer's delta, zero-fill and conversion kernels were counted."""
-    block, pid_bh = _tile(tile_group)
+    block, pid_bh = _tile(TILE_GROUP)
     n0 = block * BLOCK_N
     hkv_count = H // GROUP
     b = pid_bh // hkv_count
@@ -469,15 +478,15 @@ def _dq_blocks(dq, q, do, lse, delta, k_base, v_base, sks, svs, offs_m, start_q,
 def _attn_bwd_dq_kernel(
     Q, K, V, O, DO, LSE, DELTA, DQ, DOC_START, DOC_END, COS, SIN,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos, sdob, sdoh, sdos, sdqb, sdqh, sdqs, scb, scs,
-    H, S, qk_scale2, sm_scale, short_span, tile_group,
+    H, S, qk_scale2, sm_scale, short_span,
     GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_DOCS: tl.constexpr, SKIP: tl.constexpr, FP32_DOT: tl.constexpr,
-    SUPER: tl.constexpr, TILES: tl.constexpr, ROPE: tl.constexpr,
+    SUPER: tl.constexpr, TILES: tl.constexpr, ROPE: tl.constexpr, TILE_GROUP: tl.constexpr,
 ):
     """One query block: dq, and first delta = rowsum(o * do), the softmax-backward term of its rows, which it
     stores for the dk/dv pass that runs after it. Each row has one dq program, so this replaces a launch of its own
     that read o and do once more (~42 us per d768 layer on an H100, BENCHMARKS.md)."""
-    block, pid_bh = _tile(tile_group)
+    block, pid_bh = _tile(TILE_GROUP)
     pid_m = tl.num_programs(0) - 1 - block
     b = pid_bh // H
     h = pid_bh % H
@@ -798,11 +807,11 @@ def _launch_fwd(q, k, v, cos, sin, doc_start, doc_end, causal: bool, scale: floa
         stages = fwd_stages(stages, rope, has_docs, descs[0] is not None)
         _FWD[(cdiv(seq_len, block_m), batch * heads)](
             q, k, v, o, lse, doc_start if has_docs else lse, doc_end if has_docs else lse, *descs, *angles,
-            *strides, heads, seq_len, scale * LOG2E, cfg.short_span, cfg.tile_group,
+            *strides, heads, seq_len, scale * LOG2E, cfg.short_span,
             GROUP=heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
             CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip, FP32_DOT=_fp32_dot(q.dtype), SUPER=cfg.fwd_block_m,
-            TILES=tiles, TAIL_FIRST=bool(cfg.fwd_tail_first), TMA=descs[0] is not None, ROPE=rope, num_warps=warps,
-            num_stages=stages,
+            TILES=tiles, TAIL_FIRST=bool(cfg.fwd_tail_first), TMA=descs[0] is not None, ROPE=rope,
+            TILE_GROUP=cfg.tile_group, num_warps=warps, num_stages=stages,
         )
     return o, lse, q_rotated
 
@@ -825,7 +834,7 @@ def _launch_bwd(do, q, k, v, o, lse, cos, sin, doc_start, doc_end, causal: bool,
     angles = (cos, sin) if rope else (lse, lse)
     angle_strides = cos.stride()[:2] if rope else (0, 0)
     common = dict(GROUP=heads // kv_heads, HEAD_DIM=head_dim, CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip,
-                  FP32_DOT=_fp32_dot(q.dtype), ROPE=rope)
+                  FP32_DOT=_fp32_dot(q.dtype), ROPE=rope, TILE_GROUP=cfg.tile_group)
     do_strides = do.stride()[:3]
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3])
     # dq first: its programs also write delta, which the dk/dv pass reads.
@@ -833,16 +842,15 @@ def _launch_bwd(do, q, k, v, o, lse, cos, sin, doc_start, doc_end, causal: bool,
                                                             cfg.bwd_stages, short):
         _DQ[(cdiv(seq_len, block_m), batch * heads)](
             q, k, v, o, do, lse, delta, dq, doc_start, doc_end, *angles, *strides, *o.stride()[:3], *do_strides,
-            *dq.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, cfg.tile_group,
-            BLOCK_M=block_m, BLOCK_N=block_n, SUPER=cfg.dq_block_m, TILES=tiles, num_warps=warps, num_stages=stages,
-            **common,
+            *dq.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m,
+            BLOCK_N=block_n, SUPER=cfg.dq_block_m, TILES=tiles, num_warps=warps, num_stages=stages, **common,
         )
     for block_n, block_m, warps, stages, tiles in _launches(cfg, cfg.dkdv_block_n, cfg.dkdv_block_m, cfg.bwd_warps,
                                                             cfg.bwd_stages, short):
         _DKDV[(cdiv(seq_len, block_n), batch * kv_heads)](
             q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *angles, *strides, *do_strides, *dk.stride()[:3],
-            *dv.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, cfg.tile_group,
-            BLOCK_M=block_m, BLOCK_N=block_n, SUPER=cfg.dkdv_block_n, TILES=tiles, MASKED_STAGES=cfg.dkdv_masked_stages,
+            *dv.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m,
+            BLOCK_N=block_n, SUPER=cfg.dkdv_block_n, TILES=tiles, MASKED_STAGES=cfg.dkdv_masked_stages,
             num_warps=warps, num_stages=stages, **common,
         )
     return dq, dk, dv

@@ -100,7 +100,7 @@ def attention_builds(head_dim: int):
                 launch = f"attention {name} {('single launch', 'long tiles', 'short tiles')[tiles]}" + (
                     "" if has_docs else " without documents")
                 constexprs = {rows: tile, step: tile_step, "SUPER": block, "TILES": tiles, **own, **flags,
-                              "HAS_DOCS": has_docs}
+                              "HAS_DOCS": has_docs, "TILE_GROUP": cfg.tile_group}
                 if descs is None:
                     yield launch, fn, qkv, constexprs, tile_warps, tile_stages
                     continue
@@ -116,7 +116,8 @@ def attention_builds(head_dim: int):
     # The dk/dv pass with its masked loops unpipelined, the sweep's alternative to the default's spills.
     yield ("attention dkdv masked loops at 1 stage", A._attn_bwd_dkdv_kernel, qkv,
            {**flags, "BLOCK_N": default.dkdv_block_n, "BLOCK_M": default.dkdv_block_m, "SUPER": default.dkdv_block_n,
-            "TILES": 0, "ROPE": True, "MASKED_STAGES": 1}, default.bwd_warps, default.bwd_stages)
+            "TILES": 0, "ROPE": True, "MASKED_STAGES": 1, "TILE_GROUP": default.tile_group}, default.bwd_warps,
+           default.bwd_stages)
 
 
 def embedding_builds():
