@@ -122,27 +122,20 @@ def _short_tile(DOC_START, DOC_END, base, t0, S, short_span, SUPER: tl.constexpr
 
 @triton.jit
 def _tile(TILE_GROUP: tl.constexpr):
-    """This program's (block, row) in launch order. The grid's rows (batch x heads) are taken TILE_GROUP at a time,
-    and a group launches block 0 of each of its rows, then block 1, and so on. Each pass numbers its blocks so that
-    block 0 is its longest causal tile at one document a row (the forward and dq passes count them from the
-    sequence's end), so the longest tiles of a group start first, across its rows, instead of those of the last
-    rows starting near the end of the launch and running alone. Groups stay small so that the k and v (or q and do)
-    their programs read can stay in L2: all 96 rows of the d768 shape at once ran fwd+bwd 3-11% slower than one at
-    a time (BENCHMARKS.md, 2026-12-07). At 1: each row's blocks in turn, the program ids themselves, which the
-    compiler can re-read after a loop instead of keeping them live (the mapped ones cost the dk/dv pass stack)."""
+    """This program's (block, row) in launch order, and the number of blocks a row has. The grid's rows (batch x
+    heads) are taken TILE_GROUP at a time, and a group launches block 0 of each of its rows, then block 1, and so on.
+    Each pass numbers its blocks so that block 0 is its longest causal tile at one document a row (the forward and dq
+    passes count them from the sequence's end), so the longest tiles of a group start first, across its rows,
+    instead of those of the last rows starting near the end of the launch and running alone. Groups stay small so
+    that the k and v (or q and do) their programs read can stay in L2: all 96 rows of the d768 shape at once ran
+    fwd+bwd 3-11% slower than one at a time (BENCHMARKS.md, 2026-12-07). The grid itself is (row in group, block,
+    group) (_grid), since the GPU starts programs in the order of their ids, x first: block and row are program ids,
+    which the compiler re-reads after a loop instead of keeping them live (the same order mapped from one linear id
+    cost the dk/dv pass 96 B of stack where this costs 8, Triton 3.6). At 1 the grid is (block, row), each row's
+    blocks in turn (a (1, block, row) grid builds the dk/dv pass at head size 128 with 960 B of stack, not 688)."""
     if TILE_GROUP == 1:
-        block = tl.program_id(0)
-        row = tl.program_id(1)
-    else:
-        blocks = tl.num_programs(0)
-        pid = tl.program_id(1) * blocks + tl.program_id(0)
-        per_group = TILE_GROUP * blocks
-        first = (pid // per_group) * TILE_GROUP
-        size = tl.minimum(TILE_GROUP, tl.num_programs(1) - first)
-        r = pid % per_group
-        block = r // size
-        row = first + r % size
-    return block, row
+        return tl.program_id(0), tl.program_id(1), tl.num_programs(0)
+    return tl.program_id(1), tl.program_id(2) * TILE_GROUP + tl.program_id(0), tl.num_programs(1)
 
 
 @triton.jit
@@ -275,8 +268,8 @@ def _attn_fwd_kernel(
     given before RoPE (k after): the block rotates its rows once, stores them in QR for the backward and reads them
     back from there."""
     # Causal blocks further down the sequence do more work: launch them first for a shorter tail.
-    block, pid_bh = _tile(TILE_GROUP)
-    pid_m = tl.num_programs(0) - 1 - block
+    block, pid_bh, blocks = _tile(TILE_GROUP)
+    pid_m = blocks - 1 - block
     b = pid_bh // H
     h = pid_bh % H
     hkv = h // GROUP
@@ -387,7 +380,7 @@ def _attn_bwd_dkdv_kernel(
     variant was slower at head size 64 (288 vs 311 TFLOP/s fwd+bwd) and no faster at 128, so it was removed. On
     H100s (2026-12-06, seventh session) such a pass with 64-query steps and TMA reduce-adds beat the two passes
     alone by 8-19%, and lost once the float32 buffer's delta, zero-fill and conversion kernels were counted."""
-    block, pid_bh = _tile(TILE_GROUP)
+    block, pid_bh, _ = _tile(TILE_GROUP)
     n0 = block * BLOCK_N
     hkv_count = H // GROUP
     b = pid_bh // hkv_count
@@ -486,8 +479,8 @@ def _attn_bwd_dq_kernel(
     """One query block: dq, and first delta = rowsum(o * do), the softmax-backward term of its rows, which it
     stores for the dk/dv pass that runs after it. Each row has one dq program, so this replaces a launch of its own
     that read o and do once more (~42 us per d768 layer on an H100, BENCHMARKS.md)."""
-    block, pid_bh = _tile(TILE_GROUP)
-    pid_m = tl.num_programs(0) - 1 - block
+    block, pid_bh, blocks = _tile(TILE_GROUP)
+    pid_m = blocks - 1 - block
     b = pid_bh // H
     h = pid_bh % H
     hkv = h // GROUP
@@ -551,8 +544,8 @@ class AttentionConfig:
     tma: the forward loads q, k and v through TMA tensor descriptors where the inputs allow it (_tma_layout), else
     through pointers. The backward's passes use pointers: TMA did not pay there (H100, 2026-12-06 fourth session,
     BENCHMARKS.md).
-    tile_group: how many of the grid's (batch, head) rows launch their tiles interleaved, longest first (_tile); 1:
-    each row's tiles in turn."""
+    tile_group: how many of the grid's (batch, head) rows launch their tiles interleaved, longest first (_tile): the
+    largest divisor of a pass's rows up to this (_grid); 1: each row's tiles in turn."""
 
     fwd_block_m: int
     fwd_block_n: int
@@ -620,7 +613,9 @@ def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
         # Tiles launch 24 rows at a time, longest first (tile_group): fwd+bwd as graphs 1.018 / 1.032 / 1.020 /
         # 1.000x the grid's own order at one document / corpus-like documents / the spm stream / 512-position
         # documents, and fit-triton-compile on corpus-like documents +1.2% (H100, 2026-12-07, BENCHMARKS.md). All 96
-        # rows of the d768 shape at once lost 3-11%.
+        # rows of the d768 shape at once lost 3-11%. Launched as a (row in group, block, group) grid rather than
+        # mapped from one linear id, fwd+bwd ran a further 1.025-1.034x and that training step +1.5% (H100,
+        # 2026-12-07, nineteenth session).
         return AttentionConfig(64, 64, 4, 2, 64, 32, 64, 64, 4, 3, tile_group=24)
     # The forward walks key blocks in position order here: diagonal first, it ran 1-4% slower at every document
     # count on an H100 (fwd 0.689 vs 0.674 ms at one document, 0.298 vs 0.286 at 8; host-launched, 2026-12-06,
@@ -655,6 +650,14 @@ def _launches(cfg: AttentionConfig, block: int, step: int, warps: int, stages: i
     if not short:
         return [(block, step, warps, stages, 0)]
     return [(block, step, warps, stages, 1), (cfg.short_block, cfg.short_step, cfg.short_warps, cfg.short_stages, 2)]
+
+
+@functools.lru_cache(maxsize=256)  # on every launch's host path
+def _grid(blocks: int, rows: int, tile_group: int) -> tuple[tuple[int, ...], int]:
+    """A pass's launch grid and its group (_tile): the largest divisor of `rows` up to tile_group, so that every
+    group is whole and no program needs the row count; (row in group, block, group), or (block, row) at 1."""
+    group = max(g for g in range(1, min(tile_group, rows) + 1) if rows % g == 0)
+    return ((blocks, rows) if group == 1 else (group, blocks, rows // group)), group
 
 
 def document_bounds(doc_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -805,13 +808,14 @@ def _launch_fwd(q, k, v, cos, sin, doc_start, doc_end, causal: bool, scale: floa
                                                             cfg.fwd_stages, short):
         descs = _descriptors(cfg, (q, block_m), (k, block_n), (v, block_n))
         stages = fwd_stages(stages, rope, has_docs, descs[0] is not None)
-        _FWD[(cdiv(seq_len, block_m), batch * heads)](
+        grid, group = _grid(cdiv(seq_len, block_m), batch * heads, cfg.tile_group)
+        _FWD[grid](
             q, k, v, o, lse, doc_start if has_docs else lse, doc_end if has_docs else lse, *descs, *angles,
             *strides, heads, seq_len, scale * LOG2E, cfg.short_span,
             GROUP=heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
             CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip, FP32_DOT=_fp32_dot(q.dtype), SUPER=cfg.fwd_block_m,
             TILES=tiles, TAIL_FIRST=bool(cfg.fwd_tail_first), TMA=descs[0] is not None, ROPE=rope,
-            TILE_GROUP=cfg.tile_group, num_warps=warps, num_stages=stages,
+            TILE_GROUP=group, num_warps=warps, num_stages=stages,
         )
     return o, lse, q_rotated
 
@@ -834,24 +838,27 @@ def _launch_bwd(do, q, k, v, o, lse, cos, sin, doc_start, doc_end, causal: bool,
     angles = (cos, sin) if rope else (lse, lse)
     angle_strides = cos.stride()[:2] if rope else (0, 0)
     common = dict(GROUP=heads // kv_heads, HEAD_DIM=head_dim, CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip,
-                  FP32_DOT=_fp32_dot(q.dtype), ROPE=rope, TILE_GROUP=cfg.tile_group)
+                  FP32_DOT=_fp32_dot(q.dtype), ROPE=rope)
     do_strides = do.stride()[:3]
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3])
     # dq first: its programs also write delta, which the dk/dv pass reads.
     for block_m, block_n, warps, stages, tiles in _launches(cfg, cfg.dq_block_m, cfg.dq_block_n, cfg.bwd_warps,
                                                             cfg.bwd_stages, short):
-        _DQ[(cdiv(seq_len, block_m), batch * heads)](
+        grid, group = _grid(cdiv(seq_len, block_m), batch * heads, cfg.tile_group)
+        _DQ[grid](
             q, k, v, o, do, lse, delta, dq, doc_start, doc_end, *angles, *strides, *o.stride()[:3], *do_strides,
             *dq.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m,
-            BLOCK_N=block_n, SUPER=cfg.dq_block_m, TILES=tiles, num_warps=warps, num_stages=stages, **common,
+            BLOCK_N=block_n, SUPER=cfg.dq_block_m, TILES=tiles, TILE_GROUP=group, num_warps=warps,
+            num_stages=stages, **common,
         )
     for block_n, block_m, warps, stages, tiles in _launches(cfg, cfg.dkdv_block_n, cfg.dkdv_block_m, cfg.bwd_warps,
                                                             cfg.bwd_stages, short):
-        _DKDV[(cdiv(seq_len, block_n), batch * kv_heads)](
+        grid, group = _grid(cdiv(seq_len, block_n), batch * kv_heads, cfg.tile_group)
+        _DKDV[grid](
             q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *angles, *strides, *do_strides, *dk.stride()[:3],
             *dv.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m,
             BLOCK_N=block_n, SUPER=cfg.dkdv_block_n, TILES=tiles, MASKED_STAGES=cfg.dkdv_masked_stages,
-            num_warps=warps, num_stages=stages, **common,
+            TILE_GROUP=group, num_warps=warps, num_stages=stages, **common,
         )
     return dq, dk, dv
 

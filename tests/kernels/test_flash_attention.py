@@ -160,16 +160,23 @@ def test_dkdv_masked_loops_at_their_own_stages():
 
 @pytest.mark.parametrize("tile_group", [2, 5, 64])
 def test_each_tile_computed_once_in_any_launch_order(tile_group):
-    """tile_group reorders which program takes which (block, row): groups that divide the rows, one that leaves a
-    short last group, and one larger than the grid must still give every tile of every pass to exactly one program
-    (a tile no program took would leave its rows of the empty outputs unwritten). GQA: the dk/dv pass's rows are the
-    kv heads, fewer than the others'."""
+    """tile_group reorders which program takes which (block, row): a group that divides the rows, one that does not
+    (the largest divisor below it is taken) and one larger than the grid must still give every tile of every pass to
+    exactly one program (a tile no program took would leave its rows of the empty outputs unwritten). GQA: the dk/dv
+    pass's rows are the kv heads, fewer than the others'."""
     batch, heads, kv_heads, seq, head_dim = (3, 6, 2, 1100, 64) if CUDA else (3, 2, 1, 70, 16)
     dtype = torch.bfloat16 if CUDA else torch.float32
     cfg = dataclasses.replace(default_config(head_dim, torch.device(DEVICE)), tile_group=tile_group)
     _check_against_reference(*_inputs(batch, heads, kv_heads, seq, head_dim, dtype),
                              _doc_ids("random", batch, seq).to(DEVICE), True, TOLERANCE[dtype],
                              rope=_rope(batch, seq, head_dim), config=cfg)
+
+
+@pytest.mark.parametrize("rows, tile_group, grid", [(96, 24, (24, 7, 4)), (6, 5, (3, 7, 2)), (6, 64, (6, 7, 1)),
+                                                     (7, 5, (7, 7)), (96, 1, (7, 96))])
+def test_grid_groups_whole_rows(rows, tile_group, grid):
+    """(row in group, block, group): the largest group up to tile_group that divides the rows; (block, row) at 1."""
+    assert attention._grid(7, rows, tile_group)[0] == grid
 
 
 def test_skipping_does_not_change_the_result():
