@@ -619,8 +619,11 @@ def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
         return AttentionConfig(64, 64, 4, 2, 64, 32, 64, 64, 4, 3, tile_group=24)
     # The forward walks key blocks in position order here: diagonal first, it ran 1-4% slower at every document
     # count on an H100 (fwd 0.689 vs 0.674 ms at one document, 0.298 vs 0.286 at 8; host-launched, 2026-12-06,
-    # BENCHMARKS.md), where the backward gained.
-    return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3, fwd_tail_first=False)
+    # BENCHMARKS.md), where the backward gained. Tiles launch 16 rows at a time: fwd+bwd as graphs 1.051 / 1.056 /
+    # 1.048 / 1.004x the grid's own order at one document / corpus-like / the spm stream / 512-position documents
+    # at (4, 16, 4096, 128), against 1.050 / 1.054 / 1.052 / 0.992x at 8 rows and 1.029 / 1.048 / 1.039 / 0.982x at
+    # 32 (H100, 2026-12-07, nineteenth session), though its dk/dv pass builds with 960 B of stack, not 688.
+    return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3, fwd_tail_first=False, tile_group=16)
 
 
 def fwd_stages(stages: int, rope: bool, has_docs: bool, tma: bool) -> int:

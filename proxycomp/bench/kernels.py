@@ -558,6 +558,7 @@ SWEEP_SHAPES = [(8, 12, 4096, 64), (4, 16, 4096, 128)]
 # `bench_train --doc_len 512`, where the training step is the kernel's to win (BENCHMARKS.md, 2026-12-05).
 SWEEP_DOCS = (1, "L512")
 # AttentionConfig.tile_group, each with the default blocks: 1 is the grid's own order, 96 every row of the d768 shape.
+# A shape runs the groups these become on its rows (the largest divisor up to each: 1 / 8 / 16 / 32 / 64 at D=128).
 SWEEP_GROUPS = (1, 12, 24, 48, 96)
 # (block_m, block_n, warps, stages) of the forward.
 SWEEP_FWD = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 4),
@@ -649,7 +650,8 @@ def sweep_attention(results: list, gen_cpu, gen_cuda) -> None:
         configs += [("sweep_fwd_bwd", c, dataclasses.replace(base, **dict(zip(fields[4:], c))))
                     for c in SWEEP_BWD[dim]]
         configs += [(kind, ("tile_group", group), dataclasses.replace(base, tile_group=group))
-                    for kind in ("sweep_fwd", "sweep_fwd_bwd") for group in SWEEP_GROUPS]
+                    for kind in ("sweep_fwd", "sweep_fwd_bwd")
+                    for group in sorted({A._grid(1, batch * heads, g)[1] for g in SWEEP_GROUPS})]
         for docs in SWEEP_DOCS:
             doc_ids = flex_doc_ids(docs, batch, seq, gen_cpu, None)
             bounds = document_bounds(doc_ids)
