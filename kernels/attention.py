@@ -596,6 +596,7 @@ def with_short_tiles(cfg: AttentionConfig, head_dim: int) -> AttentionConfig:
     return cfg if cfg.short_span else dataclasses.replace(cfg, **SHORT_TILES[64 if head_dim <= 64 else 128])
 
 
+@functools.lru_cache(maxsize=64)  # on every call's host path; a config is frozen
 def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
     """Hopper (sm_90) configs picked by `tools/bench_kernels.py --parts sweep` on an H200 at the byte models'
     shapes (2026-12-03; BENCHMARKS.md); small blocks under the interpreter, where they exercise more block

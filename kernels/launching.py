@@ -7,6 +7,13 @@ documents the GPU waited for the host. `Launcher` keeps the built kernels Triton
 specializes a build on and more (each scalar's exact value, each tensor's dtype and 16-byte alignment, the
 constexprs, warps, stages and device), and launches a key it has seen through that kernel's launcher, as Triton's own
 `run` does after its lookup. A new key goes through Triton, which builds or finds the right kernel and returns it.
+
+A seen key's launch also skips what Triton's built launcher does per call for nothing. It passes each tensor as its
+device address (an int), where the built launcher would call its `data_ptr` and ask the driver whether the address
+is a device one: the key holds `is_cuda`, so a host tensor's first call goes through Triton, which refuses it. And it
+passes no launch hooks, where the built launcher would build launch metadata and call both hook chains from C,
+empty as triton 3.6 keeps them unless a profiler installs one (then the launch passes the tensors and the hooks, as
+Triton's does).
 """
 from __future__ import annotations
 
@@ -31,13 +38,29 @@ def _current_stream(device: int) -> int:
     return triton.runtime.driver.active.get_current_stream(device)
 
 
+_PLAIN = frozenset((int, float, bool, str, type(None)))  # arguments that are their own key
+
+
 def _arg_key(value):
     if isinstance(value, torch.Tensor):
-        return value.dtype, value.data_ptr() % 16 == 0
+        return value.dtype, value.data_ptr() % 16 == 0, value.is_cuda
     if TensorDescriptor is not None and isinstance(value, TensorDescriptor):
         # A build knows a descriptor by its element type and block shape; shape and strides travel in it at launch.
         return "desc", value.base.dtype, tuple(value.block_shape), getattr(value, "padding", "zero")
     return value
+
+
+def _key(values: list) -> list:
+    """Each argument's part of the key. Scalars and plain tensors are tested by exact class, inline: a call and two
+    isinstance tests per argument (~50 a launch; torch.Tensor's isinstance goes through its metaclass) cost ~1.7x
+    the host time."""
+    return [v if v.__class__ in _PLAIN else (v.dtype, v.data_ptr() % 16 == 0, v.is_cuda)
+            if v.__class__ is torch.Tensor else _arg_key(v) for v in values]
+
+
+def _hooked(hook) -> bool:
+    """Whether a launch hook is installed: None or an empty HookChain (triton 3.6's default) is none."""
+    return bool(getattr(hook, "calls", hook))
 
 
 class Launcher:
@@ -61,7 +84,7 @@ class Launcher:
         options = (kwargs.pop("num_warps", None), kwargs.pop("num_stages", None))
         values = [*args, *(kwargs[name] for name in self.names[len(args):])]
         device = torch.cuda.current_device()
-        key = (device, options, *map(_arg_key, values))
+        key = (device, options, *_key(values))
         built = self.built.get(key)
         if built is None:
             if len(self.built) >= CACHE_LIMIT:
@@ -73,6 +96,11 @@ class Launcher:
         grid = (*grid, 1, 1)
         stream = _current_stream(device)
         hooks = triton.knobs.runtime
-        built.run(grid[0], grid[1], grid[2], stream, built.function, built.packed_metadata,
-                  built.launch_metadata(grid, stream, *values), hooks.launch_enter_hook, hooks.launch_exit_hook,
+        enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
+        if _hooked(enter) or _hooked(leave):  # as Triton launches: the hooks see the tensors themselves
+            metadata = built.launch_metadata(grid, stream, *values)
+        else:
+            metadata = enter = leave = None
+            values = [v if v.__class__ in _PLAIN or not isinstance(v, torch.Tensor) else v.data_ptr() for v in values]
+        built.run(grid[0], grid[1], grid[2], stream, built.function, built.packed_metadata, metadata, enter, leave,
                   *values)

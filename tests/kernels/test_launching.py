@@ -23,7 +23,7 @@ class _Built:
         return None
 
     def run(self, g0, g1, g2, stream, function, metadata, launch_metadata, enter, exit, *values):
-        self.runs.append(((g0, g1, g2), stream, values))
+        self.runs.append(((g0, g1, g2), stream, values, (launch_metadata, enter, exit)))
 
 
 class _Kernel:
@@ -59,7 +59,35 @@ def test_a_seen_key_launches_the_built_kernel_with_every_argument_in_order(kerne
     assert k.triton_calls == [((3,), (x, 10), dict(scale=0.5, BLOCK=16, num_warps=4))] and not k.runs
     launcher[(5, 2)](x, 10, scale=0.5, BLOCK=16, num_warps=4)
     assert len(k.triton_calls) == 1
-    assert k.runs == [((5, 2, 1), 77, (x, 10, 0.5, 16))]
+    # The tensor as its address, and no hooks: triton's default chains are empty.
+    assert k.runs == [((5, 2, 1), 77, (x.data_ptr(), 10, 0.5, 16), (None, None, None))]
+
+
+def test_installed_launch_hooks_see_the_tensors_as_tritons_launch_passes_them(kernel, monkeypatch):
+    import triton
+    k, launcher = kernel
+    hooks = triton.knobs.runtime
+    chain = type(hooks.launch_enter_hook)()
+    chain.add(lambda metadata: None)
+    monkeypatch.setattr(hooks, "launch_enter_hook", chain)
+    x = torch.randn(64)
+    for _ in range(2):
+        launcher[(1,)](x, 10, scale=0.5, BLOCK=16)
+    (_, _, values, (metadata, enter, exit)), = k.runs
+    assert values[0] is x and enter is chain and exit is hooks.launch_exit_hook
+
+
+def test_each_kind_of_argument_keys_as_triton_specializes_it():
+    """Scalars by value, a tensor (plain or a subclass) by dtype, 16-byte alignment and whether it is on the device:
+    a host tensor's key differs from a device one's, so it never launches as an address (its first call goes
+    through Triton, which refuses it); a descriptor by element type and block shape."""
+    x = torch.randn(64)
+    key = launching._key([x, x[1:], torch.nn.Parameter(x), 3, 0.5, True, None, "s"])
+    assert key == [(torch.float32, True, False), (torch.float32, False, False), (torch.float32, True, False),
+                   3, 0.5, True, None, "s"]
+    if launching.TensorDescriptor is not None:
+        desc = launching.TensorDescriptor(x.view(8, 8), [8, 8], [8, 1], [4, 8])
+        assert launching._key([desc]) == [("desc", torch.float32, (4, 8), "zero")]
 
 
 @pytest.mark.parametrize("change", ["int", "dtype", "alignment", "constexpr", "warps"])
