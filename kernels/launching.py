@@ -38,7 +38,9 @@ def _current_stream(device: int) -> int:
     return triton.runtime.driver.active.get_current_stream(device)
 
 
-_PLAIN = frozenset((int, float, bool, str, type(None)))  # arguments that are their own key
+_PLAIN = frozenset((int, str, type(None)))  # arguments that are their own key
+# True == 1 == 1.0 (and their hashes): a bool or a float keys with its class, as Triton builds them apart.
+_TAGGED = frozenset((bool, float))
 
 
 def _arg_key(value):
@@ -47,7 +49,7 @@ def _arg_key(value):
     if TensorDescriptor is not None and isinstance(value, TensorDescriptor):
         # A build knows a descriptor by its element type and block shape; shape and strides travel in it at launch.
         return "desc", value.base.dtype, tuple(value.block_shape), getattr(value, "padding", "zero")
-    return value
+    return (value.__class__, value) if isinstance(value, (bool, float)) else value
 
 
 def _key(values: list) -> list:
@@ -55,7 +57,8 @@ def _key(values: list) -> list:
     isinstance tests per argument (~50 a launch; torch.Tensor's isinstance goes through its metaclass) cost ~1.7x
     the host time."""
     return [v if v.__class__ in _PLAIN else (v.dtype, v.data_ptr() % 16 == 0, v.is_cuda)
-            if v.__class__ is torch.Tensor else _arg_key(v) for v in values]
+            if v.__class__ is torch.Tensor else (v.__class__, v) if v.__class__ in _TAGGED else _arg_key(v)
+            for v in values]
 
 
 def _hooked(hook) -> bool:
@@ -101,6 +104,7 @@ class Launcher:
             metadata = built.launch_metadata(grid, stream, *values)
         else:
             metadata = enter = leave = None
-            values = [v if v.__class__ in _PLAIN or not isinstance(v, torch.Tensor) else v.data_ptr() for v in values]
+            # A tensor subclass (a Parameter) goes as itself: the built launcher takes its data_ptr.
+            values = [v.data_ptr() if v.__class__ is torch.Tensor else v for v in values]
         built.run(grid[0], grid[1], grid[2], stream, built.function, built.packed_metadata, metadata, enter, leave,
                   *values)

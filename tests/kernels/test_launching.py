@@ -63,6 +63,16 @@ def test_a_seen_key_launches_the_built_kernel_with_every_argument_in_order(kerne
     assert k.runs == [((5, 2, 1), 77, (x.data_ptr(), 10, 0.5, 16), (None, None, None))]
 
 
+def test_a_tensor_subclass_launches_as_itself(kernel):
+    """Only a plain tensor goes as its address; a Parameter's data_ptr is the built launcher's to call."""
+    k, launcher = kernel
+    w = torch.nn.Parameter(torch.randn(64))
+    for _ in range(2):
+        launcher[(1,)](w, 10, scale=0.5, BLOCK=16)
+    (_, _, values, _), = k.runs
+    assert values[0] is w
+
+
 def test_installed_launch_hooks_see_the_tensors_as_tritons_launch_passes_them(kernel, monkeypatch):
     import triton
     k, launcher = kernel
@@ -78,19 +88,21 @@ def test_installed_launch_hooks_see_the_tensors_as_tritons_launch_passes_them(ke
 
 
 def test_each_kind_of_argument_keys_as_triton_specializes_it():
-    """Scalars by value, a tensor (plain or a subclass) by dtype, 16-byte alignment and whether it is on the device:
-    a host tensor's key differs from a device one's, so it never launches as an address (its first call goes
-    through Triton, which refuses it); a descriptor by element type and block shape."""
+    """Scalars by value, a bool or a float with its class (True == 1 == 1.0, which Triton builds apart); a tensor
+    (plain or a subclass) by dtype, 16-byte alignment and whether it is on the device: a host tensor's key differs
+    from a device one's, so it never launches as an address (its first call goes through Triton, which refuses it);
+    a descriptor by element type and block shape."""
     x = torch.randn(64)
     key = launching._key([x, x[1:], torch.nn.Parameter(x), 3, 0.5, True, None, "s"])
     assert key == [(torch.float32, True, False), (torch.float32, False, False), (torch.float32, True, False),
-                   3, 0.5, True, None, "s"]
+                   3, (float, 0.5), (bool, True), None, "s"]
+    assert len({tuple(launching._key([v])) for v in (1, True, 1.0)}) == 3
     if launching.TensorDescriptor is not None:
         desc = launching.TensorDescriptor(x.view(8, 8), [8, 8], [8, 1], [4, 8])
         assert launching._key([desc]) == [("desc", torch.float32, (4, 8), "zero")]
 
 
-@pytest.mark.parametrize("change", ["int", "dtype", "alignment", "constexpr", "warps"])
+@pytest.mark.parametrize("change", ["int", "int as float", "dtype", "alignment", "constexpr", "warps"])
 def test_whatever_triton_specializes_on_goes_back_through_triton(kernel, change):
     k, launcher = kernel
     x = torch.randn(64)
@@ -98,6 +110,8 @@ def test_whatever_triton_specializes_on_goes_back_through_triton(kernel, change)
     launcher[(1,)](*args, **kwargs)
     if change == "int":
         args[1] = 33  # no longer divisible by 16
+    elif change == "int as float":
+        args[1] = 32.0  # equal to 32, and an fp32 argument to Triton
     elif change == "dtype":
         args[0] = x.double()
     elif change == "alignment":
