@@ -4,9 +4,10 @@
 on every call: 22-37 us a launch on the H200 (triton 3.6), where the built kernel's own launcher takes ~9 us
 (BENCHMARKS.md, Kernels, 2026-12-04). The attention then made seven launches per forward + backward, so on short
 documents the GPU waited for the host. `Launcher` keeps the built kernels Triton returned, keyed by all that Triton
-specializes a build on and more (each scalar's exact value, each tensor's dtype and 16-byte alignment, the
-constexprs, warps, stages and device), and launches a key it has seen through that kernel's launcher, as Triton's own
-`run` does after its lookup. A new key goes through Triton, which builds or finds the right kernel and returns it.
+specializes a build on and more (each scalar's exact value, with its class for a bool or a float; each tensor's dtype
+and 16-byte alignment; the constexprs, warps, stages and device), and launches a key it has seen through that kernel's
+launcher, as Triton's own `run` does after its lookup. A new key goes through Triton, which builds or finds the right
+kernel and returns it.
 
 A seen key's launch also skips what Triton's built launcher does per call for nothing. It passes each tensor as its
 device address (an int), where the built launcher would call its `data_ptr` and ask the driver whether the address
@@ -40,7 +41,7 @@ def _current_stream(device: int) -> int:
 
 _PLAIN = frozenset((int, str, type(None)))  # arguments that are their own key
 # True == 1 == 1.0 (and their hashes): a bool or a float keys with its class, as Triton builds them apart.
-_TAGGED = frozenset((bool, float))
+_TAGGED = (bool, float)
 
 
 def _arg_key(value):
@@ -49,7 +50,7 @@ def _arg_key(value):
     if TensorDescriptor is not None and isinstance(value, TensorDescriptor):
         # A build knows a descriptor by its element type and block shape; shape and strides travel in it at launch.
         return "desc", value.base.dtype, tuple(value.block_shape), getattr(value, "padding", "zero")
-    return (value.__class__, value) if isinstance(value, (bool, float)) else value
+    return (value.__class__, value) if isinstance(value, _TAGGED) else value
 
 
 def _key(values: list) -> list:
