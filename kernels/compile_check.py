@@ -9,7 +9,9 @@ forward build would re-read q at every key block (q_reloads). Each build's line 
     python -m proxycomp.kernels.compile_check      # TRITON_INTERPRET must be unset
 
 Pointers and strides are declared 16-byte aligned, as Triton's launcher specializes them on real
-inputs, so the build takes the same path (software pipelining included) as on the device.
+inputs, so the build takes the same path (software pipelining included) as on the device. So is an int argument
+equal to 1, which Triton builds as a constant: the attention's GROUP (query heads per key/value head) without
+grouped-query heads, the model's default; the grouped-query builds, GROUP a runtime int, come apart.
 """
 from __future__ import annotations
 
@@ -79,13 +81,16 @@ def attention_builds(head_dim: int):
     default = A.default_config(head_dim, torch.device("cuda"))
     short = A.with_short_tiles(default, head_dim)
     configs = [default] if short == default else [default, short]
-    flags = dict(HEAD_DIM=head_dim, CAUSAL=True, HAS_DOCS=True, SKIP=True, FP32_DOT=False)
+    # GROUP=1: one key/value head per query head, which Triton builds as a constant (module docstring).
+    flags = dict(HEAD_DIM=head_dim, CAUSAL=True, HAS_DOCS=True, SKIP=True, FP32_DOT=False, GROUP=1)
     qkv = {**_pointers("bf16", "Q", "K", "V", "O", "DO", "DQ", "DK", "DV", "QR"), **_pointers("fp32", "LSE", "DELTA"),
            **_pointers("i32", "DOC_START", "DOC_END"), **_pointers("fp32", "COS", "SIN"), "qk_scale2": "fp32",
            "sm_scale": "fp32"}
     # Without documents only the forward builds otherwise (the backward's passes only drop their bounds): Triton
-    # 3.6's ptxas crashed on its TMA build at 2 stages, which the launcher's fwd_stages avoids.
-    for cfg, has_docs in [*((cfg, True) for cfg in configs), (default, False)]:
+    # 3.6's ptxas crashed on its TMA build at 2 stages, which the launcher's fwd_stages avoids. With grouped-query
+    # heads GROUP is a runtime int, and the dk/dv pass loops over a group's query heads.
+    for cfg, has_docs, grouped in [*((cfg, True, False) for cfg in configs), (default, False, False),
+                                   (default, True, True)]:
         # The forward's TMA loads: descriptor argument -> rows per block ("row" or "step").
         passes = [("fwd", A._attn_fwd_kernel, "BLOCK_M", "BLOCK_N", cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps,
                    cfg.fwd_stages, dict(TAIL_FIRST=bool(cfg.fwd_tail_first), ROPE=True),
@@ -98,9 +103,11 @@ def attention_builds(head_dim: int):
             for tile, tile_step, tile_warps, tile_stages, tiles in A._launches(
                     cfg, block, block_step, warps, stages, short=has_docs and cfg.short_span > 0):
                 launch = f"attention {name} {('single launch', 'long tiles', 'short tiles')[tiles]}" + (
-                    "" if has_docs else " without documents")
+                    "" if has_docs else " without documents") + (" with grouped-query heads" if grouped else "")
                 constexprs = {rows: tile, step: tile_step, "SUPER": block, "TILES": tiles, **own, **flags,
                               "HAS_DOCS": has_docs, "TILE_GROUP": cfg.tile_group}
+                if grouped:
+                    del constexprs["GROUP"]
                 if descs is None:
                     yield launch, fn, qkv, constexprs, tile_warps, tile_stages
                     continue

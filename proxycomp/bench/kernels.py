@@ -611,7 +611,8 @@ SWEEP_GROUPS = (1, 12, 24, 48, 96)
 SWEEP_FWD = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 4),
              (128, 32, 4, 3)]
 # (dkdv key block, dkdv query step, dq query block, dq key block, warps, stages[, dk/dv masked loops' stages]); the
-# last of each: the default with the dk/dv pass's masked loops unpipelined, which spill less (compile_check).
+# last of each: the default with the dk/dv pass's masked loops unpipelined, which spill less at head size 128
+# (compile_check).
 SWEEP_BWD = {
     64: [(64, 64, 64, 64, 4, 3), (128, 64, 128, 64, 8, 3), (64, 64, 64, 32, 4, 3), (64, 32, 64, 64, 4, 3),
          (128, 32, 128, 32, 4, 5), (128, 32, 128, 32, 4, 3), (128, 64, 128, 64, 4, 3), (64, 64, 64, 64, 4, 4),

@@ -19,8 +19,10 @@ def test_all_kernels_compile_for_hopper():
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     # (a non-zero exit also names a forward build that re-reads q at every key block: compile_check.q_reloads)
     # attention at head sizes 64 and 128: three passes in one launch, and in two with short tiles, the forward with
-    # TMA and through pointers, the forward without documents both ways and the dk/dv pass with its masked loops
-    # unpipelined (15 each); embedding 5. Each with its registers and stack, as cuobjdump read them.
+    # TMA and through pointers, the forward without documents both ways, the single launches with grouped-query heads
+    # and the dk/dv pass with its masked loops unpipelined (19 each); embedding 5. Each with its registers and stack,
+    # as cuobjdump read them.
     built = [line for line in proc.stdout.splitlines() if line.startswith("built ")]
-    assert len(built) == 35, proc.stdout
+    assert len(built) == 43, proc.stdout
+    assert sum("with grouped-query heads" in line for line in built) == 8, proc.stdout
     assert all(re.search(r": \d+ registers, \d+ B stack$", line) for line in built), proc.stdout
