@@ -131,8 +131,8 @@ def _tile(TILE_GROUP: tl.constexpr):
     fwd+bwd 3-11% slower than one at a time (BENCHMARKS.md, 2026-12-07). The grid itself is (row in group, block,
     group) (_grid), since the GPU starts programs in the order of their ids, x first: block and row are program ids,
     which the compiler re-reads after a loop instead of keeping them live (the same order mapped from one linear id
-    cost the dk/dv pass 96 B of stack where this costs 8, in its grouped-query build, Triton 3.6). At 1 the grid is
-    (block, row), each row's blocks in turn."""
+    cost the dk/dv pass 96 B of stack where this costs 8, in the grouped-query build compile_check then read). At 1
+    the grid is (block, row), each row's blocks in turn."""
     if TILE_GROUP == 1:
         return tl.program_id(0), tl.program_id(1), tl.num_programs(0)
     return tl.program_id(1), tl.program_id(2) * TILE_GROUP + tl.program_id(0), tl.num_programs(1)
@@ -538,10 +538,10 @@ class AttentionConfig:
     fwd_tail_first: the forward walks its diagonal key blocks first (module docstring: Phase order), else in position
     order (the dq pass always walks the diagonal first).
     dkdv_masked_stages: pipeline stages of the dk/dv pass's masked loops (the diagonal, the documents' edges), a few
-    steps per key block; 0: bwd_stages, as its unmasked loop. Built as the model launches it (no grouped-query
-    heads; Triton 3.6, sm_90, compile_check) the head-size-64 pass takes 168 registers and spills at neither, and at
-    1 ran no faster at the d768 shape (H100, 2026-12-07, BENCHMARKS.md); at head size 128 it spills 144 B a thread
-    pipelined alike and 8 B at 1, not yet timed.
+    steps per key block; 0: bwd_stages, as its unmasked loop. Built as the model launches it (Triton 3.6, sm_90,
+    compile_check) the head-size-64 pass spills at neither (163 and 154 registers), and at 1 ran no faster at the
+    d768 shape (H100, 2026-12-07, BENCHMARKS.md); at head size 128 it spills 72 B a thread pipelined alike and 16 B
+    at 1, not yet timed.
     tma: the forward loads q, k and v through TMA tensor descriptors where the inputs allow it (_tma_layout), else
     through pointers. The backward's passes use pointers: TMA did not pay there (H100, 2026-12-06 fourth session,
     BENCHMARKS.md).
@@ -624,7 +624,7 @@ def default_config(head_dim: int, device: torch.device) -> AttentionConfig:
     # BENCHMARKS.md), where the backward gained. Tiles launch 16 rows at a time: fwd+bwd as graphs 1.051 / 1.056 /
     # 1.048 / 1.004x the grid's own order at one document / corpus-like / the spm stream / 512-position documents
     # at (4, 16, 4096, 128), against 1.050 / 1.054 / 1.052 / 0.992x at 8 rows and 1.029 / 1.048 / 1.039 / 0.982x at
-    # 32 (H100, 2026-12-07, nineteenth session), though its dk/dv pass builds with 144 B of stack where the grid's
+    # 32 (H100, 2026-12-07, nineteenth session), though its dk/dv pass builds with 72 B of stack where the grid's
     # own order needs none (compile_check, as the model launches it).
     return AttentionConfig(128, 64, 8, 3, 128, 64, 128, 64, 8, 3, fwd_tail_first=False, tile_group=16)
 

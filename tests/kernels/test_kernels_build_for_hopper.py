@@ -20,9 +20,12 @@ def test_all_kernels_compile_for_hopper():
     # (a non-zero exit also names a forward build that re-reads q at every key block: compile_check.q_reloads)
     # attention at head sizes 64 and 128: three passes in one launch, and in two with short tiles, the forward with
     # TMA and through pointers, the forward without documents both ways, the single launches with grouped-query heads
-    # and the dk/dv pass with its masked loops unpipelined (19 each); embedding 5. Each with its registers and stack,
-    # as cuobjdump read them.
+    # (4) and at a length no multiple of 16 (3: no TMA there), and the dk/dv pass with its masked loops unpipelined
+    # (22 each); embedding 5. Each with its registers and stack, as cuobjdump read them.
     built = [line for line in proc.stdout.splitlines() if line.startswith("built ")]
-    assert len(built) == 43, proc.stdout
+    assert len(built) == 49, proc.stdout
     assert sum("with grouped-query heads" in line for line in built) == 8, proc.stdout
+    # The model's launches: its shape's ints specialized as Triton does (no grouped-query heads: GROUP=1, a constant)
+    assert all("GROUP=1" in line for line in built if line.startswith("built attention") and "grouped" not in line)
+    assert all(re.search(r"GROUP=4\b", line) for line in built if "grouped" in line), proc.stdout
     assert all(re.search(r": \d+ registers, \d+ B stack$", line) for line in built), proc.stdout
