@@ -5,9 +5,9 @@ on every call: 22-37 us a launch on the H200 (triton 3.6), where the built kerne
 (BENCHMARKS.md, Kernels, 2026-12-04). The attention then made seven launches per forward + backward, so on short
 documents the GPU waited for the host. `Launcher` keeps the built kernels Triton returned, keyed by all that Triton
 specializes a build on and more (each scalar's exact value, with its class for a bool or a float; each tensor's dtype
-and 16-byte alignment; the constexprs, warps, stages and device), and launches a key it has seen through that kernel's
-launcher, as Triton's own `run` does after its lookup. A new key goes through Triton, which builds or finds the right
-kernel and returns it.
+and 16-byte alignment; the constexprs, warps, stages, register cap and device), and launches a key it has seen
+through that kernel's launcher, as Triton's own `run` does after its lookup. A new key goes through Triton, which
+builds or finds the right kernel and returns it.
 
 A seen key's launch also skips what Triton's built launcher does per call for nothing. It passes each tensor as its
 device address (an int), where the built launcher would call its `data_ptr` and ask the driver whether the address
@@ -27,6 +27,8 @@ try:  # host tensor descriptors: triton >= 3.4
 except ImportError:
     TensorDescriptor = None
 
+# Triton's launch options a caller may pass beside the kernel's arguments: each is part of what a build is for.
+_OPTIONS = ("num_warps", "num_stages", "maxnreg")
 CACHE_LIMIT = 256  # keys per kernel; a caller cycling through more shapes starts over rather than grow without bound
 
 
@@ -85,7 +87,7 @@ class Launcher:
         if not self.direct:
             self.kernel[grid](*args, **kwargs)
             return
-        options = (kwargs.pop("num_warps", None), kwargs.pop("num_stages", None))
+        options = tuple(kwargs.pop(name, None) for name in _OPTIONS)
         values = [*args, *(kwargs[name] for name in self.names[len(args):])]
         device = torch.cuda.current_device()
         key = (device, options, *_key(values))
@@ -93,8 +95,7 @@ class Launcher:
         if built is None:
             if len(self.built) >= CACHE_LIMIT:
                 self.built.clear()
-            warps, stages = options
-            extra = {k: v for k, v in (("num_warps", warps), ("num_stages", stages)) if v is not None}
+            extra = {name: value for name, value in zip(_OPTIONS, options) if value is not None}
             self.built[key] = self.kernel[grid](*args, **kwargs, **extra)
             return
         grid = (*grid, 1, 1)

@@ -102,7 +102,8 @@ def test_each_kind_of_argument_keys_as_triton_specializes_it():
         assert launching._key([desc]) == [("desc", torch.float32, (4, 8), "zero")]
 
 
-@pytest.mark.parametrize("change", ["int", "int as float", "dtype", "alignment", "constexpr", "warps"])
+@pytest.mark.parametrize("change",
+                         ["int", "int as float", "dtype", "alignment", "constexpr", "warps", "maxnreg"])
 def test_whatever_triton_specializes_on_goes_back_through_triton(kernel, change):
     k, launcher = kernel
     x = torch.randn(64)
@@ -118,10 +119,13 @@ def test_whatever_triton_specializes_on_goes_back_through_triton(kernel, change)
         args[0] = x[1:]  # 4 bytes past a 16-byte boundary
     elif change == "constexpr":
         kwargs["BLOCK"] = 32
+    elif change == "maxnreg":
+        kwargs["maxnreg"] = 128  # a register cap is another build
     else:
         kwargs["num_warps"] = 8
     launcher[(1,)](*args, **kwargs)
     assert len(k.triton_calls) == 2 and not k.runs
+    assert k.triton_calls[1][2] == kwargs  # Triton gets the launch options as given
 
 
 def test_the_cache_starts_over_past_its_limit(kernel, monkeypatch):
