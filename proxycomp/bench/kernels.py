@@ -104,7 +104,7 @@ def per_document(fn, length: int):
     as a sequence of its own: the document mask at no cost, where documents tile the rows. Views only, for q, k, v
     laid out as the model's (B, S, H, D) projections and for an output in the same layout."""
     def run(q, k, v):
-        batch, heads, seq, dim = q.shape
+        batch, _, seq, _ = q.shape
         if seq == length:
             return fn(q, k, v)
         cut = [t.unflatten(2, (seq // length, length)).transpose(1, 2).flatten(0, 1) for t in (q, k, v)]
@@ -112,13 +112,17 @@ def per_document(fn, length: int):
     return run
 
 
+def fixed_length(docs: int | str) -> int | None:
+    """n for a FLEX_DOCS entry "L<n>" (every document n positions long), else None."""
+    return int(docs.removeprefix("L")) if isinstance(docs, str) and docs.startswith("L") else None
+
+
 def document_length(docs: int | str, seq: int) -> int | None:
     """The one length of every document of a FLEX_DOCS entry, where its documents tile the rows; else None."""
     if docs == 1:
         return seq
-    if isinstance(docs, str) and docs.startswith("L") and seq % int(docs.removeprefix("L")) == 0:
-        return int(docs.removeprefix("L"))
-    return None
+    length = fixed_length(docs)
+    return length if length is not None and seq % length == 0 else None
 
 
 def flash_attn_impl():
@@ -181,7 +185,7 @@ def flex_doc_ids(docs: int | str, batch: int, seq: int, gen, spm_rows: torch.Ten
     if docs == "spm":
         return spm_rows[:batch].to(device)
     if isinstance(docs, str):  # "L<n>": every document n positions long (the last one cut by the window)
-        return (torch.arange(seq, device=device) // int(docs.removeprefix("L"))).expand(batch, seq).contiguous()
+        return (torch.arange(seq, device=device) // fixed_length(docs)).expand(batch, seq).contiguous()
     return random_doc_ids(batch, seq, gen, docs, device)
 
 
