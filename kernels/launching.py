@@ -95,7 +95,7 @@ class Launcher:
         tensor: a launch would pass its old address. Under the interpreter (or with `direct` off), on another device
         than this call's, or with launch hooks installed, `launch` goes through `self[grid]`."""
         tail = args[leading:]
-        values = [*tail, *(kwargs[name] for name in self.names[len(args):])]
+        values = self._values(args, kwargs)[leading:]
         if any(isinstance(v, torch.Tensor) for v in values):
             raise ValueError(f"{self.kernel}: bind keeps the arguments after the first {leading} as they are; a "
                              "tensor among them must lead")
@@ -117,13 +117,17 @@ class Launcher:
                       *[v.data_ptr() if v.__class__ is torch.Tensor else v for v in head], *values)
         return launch
 
+    def _values(self, args: tuple, kwargs: dict) -> list:
+        """The kernel's arguments in its parameters' order (options such as num_warps are not parameters)."""
+        return [*args, *(kwargs[name] for name in self.names[len(args):])]
+
     def _launch(self, grid: tuple[int, ...], args: tuple, kwargs: dict):
         """Launch, and return the built kernel that ran (None where every call goes through Triton)."""
         if not self.direct:
             self.kernel[grid](*args, **kwargs)
             return None
         options = tuple(kwargs.pop(name, None) for name in _OPTIONS)
-        values = [*args, *(kwargs[name] for name in self.names[len(args):])]
+        values = self._values(args, kwargs)
         device = torch.cuda.current_device()
         key = (device, options, *_key(values))
         built = self.built.get(key)
