@@ -799,82 +799,30 @@ def _forward_outputs(q: torch.Tensor, rope: bool) -> tuple[torch.Tensor, torch.T
     return o, q.new_empty(batch, heads, seq_len, dtype=torch.float32), q_rotated
 
 
-# Launch plans. A pass's launches depend on its inputs' shapes, strides, dtype and device, the options and the
-# config, but for the tensors' addresses: a plan keeps each launch bound to all of that (Launcher.bind) under a
-# key of those facts, so that a call like one seen before (every layer's, every step's) only allocates its outputs
-# and passes the addresses. Its keys hold all that the launches' keys would but the inputs' 16-byte alignment,
-# so a plan is kept only when every input is aligned (as a fresh allocation always is); a misaligned one plans anew.
-_PLANS: dict[tuple, list] = {}
-PLAN_LIMIT = 256  # as Launcher's CACHE_LIMIT: a caller cycling through more shapes starts over
-
-
-def _aligned(*tensors: torch.Tensor | None) -> bool:
-    address = 0
-    for t in tensors:
-        if t is not None:
-            address |= t.data_ptr()
-    return address % 16 == 0
-
-
-def _planned(key: tuple, aligned: bool, plan: list) -> None:
-    if aligned:  # a misaligned input's launches were keyed (and built) for it alone
-        if len(_PLANS) >= PLAN_LIMIT:
-            _PLANS.clear()
-        _PLANS[key] = plan
-
-
-def _templates(descs: list) -> tuple:
-    """A plan's record of its TMA descriptors (or Nones): their fields but the tensor, which a plan must not keep."""
-    return tuple(None if desc is None else {**desc.__dict__, "base": None} for desc in descs)
-
-
-def _rebased(templates: tuple, tensors: tuple) -> list:
-    """This call's descriptors: the plan's, validated when they were made, on this call's tensors (whose shape,
-    strides, dtype and alignment are the plan's by its key)."""
-    descs = []
-    for template, t in zip(templates, tensors):
-        if template is None:
-            descs.append(None)
-            continue
-        desc = TensorDescriptor.__new__(TensorDescriptor)
-        desc.__dict__.update(template, base=t)
-        descs.append(desc)
-    return descs
-
-
 def _launch_fwd(q, k, v, cos, sin, doc_start, doc_end, causal: bool, scale: float, skip: bool, cfg: AttentionConfig):
     """Launch the forward kernel on checked inputs; returns o, lse2 (B, H, S) float32 and q rotated (see
     _forward_outputs). With cos and sin, q is given before RoPE and k after."""
-    rope, has_docs = cos is not None, doc_start is not None
-    o, lse, q_rotated = _forward_outputs(q, rope)
-    tensors = (q, k, v, o, lse, doc_start if has_docs else lse, doc_end if has_docs else lse)
-    angles = (cos, sin, q_rotated) if rope else (lse, lse, lse)
-    key = ("fwd", q.shape, q.stride(), k.shape, k.stride(), v.stride(), q.dtype, q.device,
-           cos.stride() if rope else None, has_docs, causal, scale, skip, cfg)
-    aligned = _aligned(q, k, v, doc_start, doc_end, cos, sin)
-    plan = _PLANS.get(key) if aligned else None
-    if plan is not None:
-        for launch, templates in plan:
-            launch(*tensors, *_rebased(templates, (q, k, v)), *angles)
-        return o, lse, q_rotated
     batch, heads, seq_len, head_dim = q.shape
+    rope = cos is not None
+    o, lse, q_rotated = _forward_outputs(q, rope)
+    has_docs = doc_start is not None
     short = has_docs and skip and cfg.short_span > 0
+    angles = (cos, sin, q_rotated) if rope else (lse, lse, lse)
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
                *(cos.stride()[:2] + q_rotated.stride()[:3] if rope else (0,) * 5))
-    plan = []
     for block_m, block_n, warps, stages, tiles in _launches(cfg, cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps,
                                                             cfg.fwd_stages, short):
         descs = _descriptors(cfg, (q, block_m), (k, block_n), (v, block_n))
         stages = fwd_stages(stages, rope, has_docs, descs[0] is not None)
         grid, group = _grid(cdiv(seq_len, block_m), batch * heads, cfg.tile_group)
-        launch = _FWD.bind(grid, len(tensors) + len(descs) + len(angles), (
-            *tensors, *descs, *angles, *strides, heads, seq_len, scale * LOG2E, cfg.short_span), dict(
+        _FWD[grid](
+            q, k, v, o, lse, doc_start if has_docs else lse, doc_end if has_docs else lse, *descs, *angles,
+            *strides, heads, seq_len, scale * LOG2E, cfg.short_span,
             GROUP=heads // k.shape[1], HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
             CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip, FP32_DOT=_fp32_dot(q.dtype), SUPER=cfg.fwd_block_m,
             TILES=tiles, TAIL_FIRST=bool(cfg.fwd_tail_first), TMA=descs[0] is not None, ROPE=rope,
-            TILE_GROUP=group, num_warps=warps, num_stages=stages))
-        plan.append((launch, _templates(descs)))
-    _planned(key, aligned, plan)
+            TILE_GROUP=group, num_warps=warps, num_stages=stages,
+        )
     return o, lse, q_rotated
 
 
@@ -882,52 +830,42 @@ def _launch_bwd(do, q, k, v, o, lse, cos, sin, doc_start, doc_end, causal: bool,
                 cfg: AttentionConfig):
     """dq, dk, dv (each laid out as its input) from the output gradient `do` and the forward's o and lse2. With cos
     and sin, q and k are the rotated ones the forward attended with, and dq and dk are those of the rows before."""
+    batch, heads, seq_len, head_dim = q.shape
+    kv_heads = k.shape[1]
     if do.stride(-1) != 1:
         do = do.contiguous()
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty_like(lse)
-    rope, has_docs = cos is not None, doc_start is not None
+    has_docs = doc_start is not None
+    short = has_docs and skip and cfg.short_span > 0
     doc_start = doc_start if has_docs else lse
     doc_end = doc_end if has_docs else lse
+    rope = cos is not None
     angles = (cos, sin) if rope else (lse, lse)
-    # dq first: its programs also write delta, which the dk/dv pass reads.
-    dq_head = (q, k, v, o, do, lse, delta, dq, doc_start, doc_end, *angles)
-    dkdv_head = (q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *angles)
-    key = ("bwd", q.shape, q.stride(), k.shape, k.stride(), v.stride(), o.stride(), do.stride(), q.dtype, q.device,
-           cos.stride() if rope else None, has_docs, causal, scale, skip, cfg)
-    aligned = _aligned(do, q, k, v, o, doc_start, doc_end, cos, sin)
-    plan = _PLANS.get(key) if aligned else None
-    if plan is not None:
-        for launch, dkdv in plan:
-            launch(*(dkdv_head if dkdv else dq_head))
-        return dq, dk, dv
-    batch, heads, seq_len, head_dim = q.shape
-    kv_heads = k.shape[1]
-    short = has_docs and skip and cfg.short_span > 0
     angle_strides = cos.stride()[:2] if rope else (0, 0)
     common = dict(GROUP=heads // kv_heads, HEAD_DIM=head_dim, CAUSAL=causal, HAS_DOCS=has_docs, SKIP=skip,
                   FP32_DOT=_fp32_dot(q.dtype), ROPE=rope)
     do_strides = do.stride()[:3]
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3])
-    plan = []
+    # dq first: its programs also write delta, which the dk/dv pass reads.
     for block_m, block_n, warps, stages, tiles in _launches(cfg, cfg.dq_block_m, cfg.dq_block_n, cfg.bwd_warps,
                                                             cfg.bwd_stages, short):
         grid, group = _grid(cdiv(seq_len, block_m), batch * heads, cfg.tile_group)
-        plan.append((_DQ.bind(grid, len(dq_head), (
-            *dq_head, *strides, *o.stride()[:3], *do_strides, *dq.stride()[:3], *angle_strides, heads, seq_len,
-            scale * LOG2E, scale, cfg.short_span), dict(
-            BLOCK_M=block_m, BLOCK_N=block_n, SUPER=cfg.dq_block_m, TILES=tiles, TILE_GROUP=group, num_warps=warps,
-            num_stages=stages, **common)), False))
+        _DQ[grid](
+            q, k, v, o, do, lse, delta, dq, doc_start, doc_end, *angles, *strides, *o.stride()[:3], *do_strides,
+            *dq.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m,
+            BLOCK_N=block_n, SUPER=cfg.dq_block_m, TILES=tiles, TILE_GROUP=group, num_warps=warps,
+            num_stages=stages, **common,
+        )
     for block_n, block_m, warps, stages, tiles in _launches(cfg, cfg.dkdv_block_n, cfg.dkdv_block_m, cfg.bwd_warps,
                                                             cfg.bwd_stages, short):
         grid, group = _grid(cdiv(seq_len, block_n), batch * kv_heads, cfg.tile_group)
-        plan.append((_DKDV.bind(grid, len(dkdv_head), (
-            *dkdv_head, *strides, *do_strides, *dk.stride()[:3], *dv.stride()[:3], *angle_strides, heads, seq_len,
-            scale * LOG2E, scale, cfg.short_span), dict(
-            BLOCK_M=block_m, BLOCK_N=block_n, SUPER=cfg.dkdv_block_n, TILES=tiles,
-            MASKED_STAGES=cfg.dkdv_masked_stages, TILE_GROUP=group, num_warps=warps, num_stages=stages,
-            **common)), True))
-    _planned(key, aligned, plan)
+        _DKDV[grid](
+            q, k, v, do, lse, delta, dk, dv, doc_start, doc_end, *angles, *strides, *do_strides, *dk.stride()[:3],
+            *dv.stride()[:3], *angle_strides, heads, seq_len, scale * LOG2E, scale, cfg.short_span, BLOCK_M=block_m,
+            BLOCK_N=block_n, SUPER=cfg.dkdv_block_n, TILES=tiles, MASKED_STAGES=cfg.dkdv_masked_stages,
+            TILE_GROUP=group, num_warps=warps, num_stages=stages, **common,
+        )
     return dq, dk, dv
 
 

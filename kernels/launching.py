@@ -15,10 +15,6 @@ is a device one: the key holds `is_cuda`, so a host tensor's first call goes thr
 passes no launch hooks, where the built launcher would build launch metadata and call both hook chains from C,
 empty as triton 3.6 keeps them unless a profiler installs one (then the launch passes the tensors and the hooks, as
 Triton's does).
-
-`Launcher.bind` goes one step further for a caller that launches the same call again with new tensors (the
-attention's launch plans): it returns the launch with everything but the leading arguments fixed, so that a call
-costs no key at all.
 """
 from __future__ import annotations
 
@@ -87,47 +83,12 @@ class Launcher:
     def __getitem__(self, grid: tuple[int, ...]):
         return lambda *args, **kwargs: self._launch(grid, args, kwargs)
 
-    def bind(self, grid: tuple[int, ...], leading: int, args: tuple, kwargs: dict):
-        """Launch as `self[grid](*args, **kwargs)` does, and return `launch(*head)`: the same launch with its first
-        `leading` arguments replaced by `head` and the rest as given here, which skips the key of the whole call.
-        The caller vouches that each argument of `head` keys as the one it replaces (_key: a tensor's dtype, 16-byte
-        alignment and device, a descriptor's element type and block shape, None as None). The rest may hold no
-        tensor: a launch would pass its old address. Under the interpreter (or with `direct` off), on another device
-        than this call's, or with launch hooks installed, `launch` goes through `self[grid]`."""
-        tail = args[leading:]
-        values = self._values(args, kwargs)[leading:]
-        if any(isinstance(v, torch.Tensor) for v in values):
-            raise ValueError(f"{self.kernel}: bind keeps the arguments after the first {leading} as they are; a "
-                             "tensor among them must lead")
-        built = self._launch(grid, args, dict(kwargs))
-
-        def through_triton(*head) -> None:
-            self._launch(grid, (*head, *tail), dict(kwargs))
-        if built is None:
-            return through_triton
-        device, (g0, g1, g2) = torch.cuda.current_device(), (*grid, 1, 1)[:3]
-        hooks = triton.knobs.runtime
-
-        def launch(*head) -> None:
-            if (not self.direct or torch.cuda.current_device() != device or _hooked(hooks.launch_enter_hook)
-                    or _hooked(hooks.launch_exit_hook)):
-                through_triton(*head)
-                return
-            built.run(g0, g1, g2, _current_stream(device), built.function, built.packed_metadata, None, None, None,
-                      *[v.data_ptr() if v.__class__ is torch.Tensor else v for v in head], *values)
-        return launch
-
-    def _values(self, args: tuple, kwargs: dict) -> list:
-        """The kernel's arguments in its parameters' order (options such as num_warps are not parameters)."""
-        return [*args, *(kwargs[name] for name in self.names[len(args):])]
-
-    def _launch(self, grid: tuple[int, ...], args: tuple, kwargs: dict):
-        """Launch, and return the built kernel that ran (None where every call goes through Triton)."""
+    def _launch(self, grid: tuple[int, ...], args: tuple, kwargs: dict) -> None:
         if not self.direct:
             self.kernel[grid](*args, **kwargs)
-            return None
+            return
         options = tuple(kwargs.pop(name, None) for name in _OPTIONS)
-        values = self._values(args, kwargs)
+        values = [*args, *(kwargs[name] for name in self.names[len(args):])]
         device = torch.cuda.current_device()
         key = (device, options, *_key(values))
         built = self.built.get(key)
@@ -135,8 +96,8 @@ class Launcher:
             if len(self.built) >= CACHE_LIMIT:
                 self.built.clear()
             extra = {name: value for name, value in zip(_OPTIONS, options) if value is not None}
-            built = self.built[key] = self.kernel[grid](*args, **kwargs, **extra)
-            return built
+            self.built[key] = self.kernel[grid](*args, **kwargs, **extra)
+            return
         grid = (*grid, 1, 1)
         stream = _current_stream(device)
         hooks = triton.knobs.runtime
@@ -149,4 +110,3 @@ class Launcher:
             values = [v.data_ptr() if v.__class__ is torch.Tensor else v for v in values]
         built.run(grid[0], grid[1], grid[2], stream, built.function, built.packed_metadata, metadata, enter, leave,
                   *values)
-        return built

@@ -2,8 +2,7 @@
 built for that key; anything Triton specializes on that changes goes back through Triton.
 
 CPU: a stand-in for a JIT kernel records which path each call took (the interpreter has no built kernels). GPU: the
-attention's launches through Launcher, and through its plans' bound launches, equal Triton's own, bit for bit, and a
-misaligned view gets its own build.
+attention's launches through Launcher equal Triton's own, bit for bit, and a misaligned view gets its own build.
 """
 from __future__ import annotations
 
@@ -138,36 +137,6 @@ def test_the_cache_starts_over_past_its_limit(kernel, monkeypatch):
     assert [call[1][1] for call in k.triton_calls] == [1, 2, 3, 1] and len(launcher.built) == 2
 
 
-def test_a_bound_launch_takes_new_leading_arguments_and_keeps_the_rest(kernel):
-    k, launcher = kernel
-    x, y = torch.randn(64), torch.randn(64)
-    launch = launcher.bind((3,), 1, (x, 32), dict(scale=0.5, BLOCK=16, num_warps=4))
-    assert len(k.triton_calls) == 1 and not k.runs  # the binding call itself launched, through Triton
-    launch(y)
-    assert k.runs == [((3, 1, 1), 77, (y.data_ptr(), 32, 0.5, 16), (None, None, None))]
-    assert len(k.triton_calls) == 1 and len(launcher.built) == 1
-
-
-def test_a_bound_launch_goes_through_triton_off_the_direct_path(kernel, monkeypatch):
-    """With direct off (the interpreter's case) or on another device, a bound launch is a plain call again."""
-    k, launcher = kernel
-    x, y = torch.randn(64), torch.randn(64)
-    launch = launcher.bind((3,), 1, (x, 32), dict(scale=0.5, BLOCK=16))
-    launcher.direct = False
-    launch(y)
-    assert k.triton_calls[-1] == ((3,), (y, 32), dict(scale=0.5, BLOCK=16)) and not k.runs
-    launcher.direct = True
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
-    launch(y)  # device 1 has no build of this key yet
-    assert k.triton_calls[-1][1][0] is y and len(k.triton_calls) == 3 and not k.runs
-
-
-def test_bind_refuses_a_tensor_it_would_keep(kernel):
-    _, launcher = kernel
-    with pytest.raises(ValueError, match="must lead"):
-        launcher.bind((1,), 0, (torch.randn(64), 32), dict(scale=0.5, BLOCK=16))
-
-
 def test_cdiv():
     assert [cdiv(a, 4) for a in (1, 4, 5, 8)] == [1, 1, 2, 2]
 
@@ -191,16 +160,13 @@ def test_attention_through_launcher_equals_triton_dispatch():
     for offset in (0, 4):
         for launcher in launchers:
             launcher.direct = False
-        A._PLANS.clear()
         want = run(offset)
         for launcher in launchers:
             launcher.direct = True
-        A._PLANS.clear()
-        run(offset)  # first call of this key: through Triton, then kept, and (aligned) planned
+        run(offset)  # first call of this key: through Triton, then kept
         before = {id(launcher): len(launcher.built) for launcher in launchers}
-        got = run(offset)  # aligned: the plan's bound launches; misaligned: the launchers' keys
+        got = run(offset)
         assert all(len(launcher.built) == before[id(launcher)] for launcher in launchers)
-        assert len(A._PLANS) == (2 if offset == 0 else 0)
         for a, b in zip(got, want):
             assert torch.equal(a, b)
     assert len(A._FWD.built) >= 2  # the misaligned views got builds of their own
